@@ -1,0 +1,689 @@
+//! The redb-backed Iceberg catalog: skade's single durability point.
+//!
+//! [`RedbCatalog`] implements [`iceberg::Catalog`] over one redb file. Each table's
+//! current metadata location is a row in redb; a commit writes the new metadata JSON,
+//! makes the warehouse durable ([`durable::sync_warehouse`]) and flips the pointer in ONE
+//! redb write transaction at `Durability::Immediate` — a compare-and-swap against the
+//! location the commit was built on. A moved pointer is a *retryable*
+//! `CatalogCommitConflicts`, so iceberg's `Transaction::commit` rebases and retries (the
+//! same contract as iceberg-rust's SQL catalog).
+//!
+//! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one write
+//! transaction, one fsync, all or nothing (design note `ingest_multi` §f0, §f4).
+
+pub mod durable;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use iceberg::io::FileIO;
+use iceberg::Runtime;
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    TableCreation, TableIdent, TableRequirement, TableUpdate,
+};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+/// Namespace key → JSON object of the namespace's properties.
+const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
+/// Table key → current metadata location (absolute path of a `*.metadata.json`).
+const TABLES: TableDefinition<&str, &str> = TableDefinition::new("tables");
+
+/// Separates name elements inside a redb key. Names cannot contain it (see [`key_of`]).
+const KEY_SEP: char = '\u{1f}';
+
+static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// Process-global count of durable redb write transactions on the data paths: one per
+/// single-table commit ([`Catalog::update_table`]) and one per non-empty
+/// [`RedbCatalog::atomic_release_raw`]. Each is one fsync at `Durability::Immediate`, so
+/// this is the write path's commit-fsync count (design note `ingest_multi` §f4). DDL
+/// (namespace/table create, drop, rename, register) does not count.
+pub fn redb_commit_count() -> u64 {
+    REDB_COMMITS.load(Ordering::Relaxed)
+}
+
+/// One table's entry in [`RedbCatalog::atomic_release_raw`]: the table, the requirements
+/// its base must still meet, and the updates to apply.
+pub type ReleaseEntry = (TableIdent, Vec<TableRequirement>, Vec<TableUpdate>);
+
+/// An [`iceberg::Catalog`] stored in one redb file, with tables under a local warehouse
+/// directory laid out as `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
+///
+/// Cheap to share behind an `Arc`; every method may be called concurrently.
+#[derive(Debug)]
+pub struct RedbCatalog {
+    db: Arc<Database>,
+    warehouse: PathBuf,
+    file_io: FileIO,
+    runtime: Runtime,
+    commits: AtomicU64,
+    on_commit: Option<prometheus::IntCounter>,
+}
+
+/// A table commit whose metadata JSON is written and whose pointer has not moved yet.
+struct PreparedCommit {
+    key: String,
+    base_location: String,
+    new_location: String,
+    table: Table,
+}
+
+impl RedbCatalog {
+    /// Opens (or creates) the catalog file `catalog_path` with tables under `warehouse`
+    /// (created if absent, made absolute).
+    ///
+    /// Must be called inside a tokio runtime with timers enabled: tables capture it for
+    /// iceberg's scans and commit retries.
+    ///
+    /// # Errors
+    /// `Unexpected` carrying redb's `DatabaseAlreadyOpen` ("Database already open. Cannot
+    /// acquire lock.") when another process holds the file, or any I/O error of creating
+    /// the warehouse or the file.
+    pub fn open(catalog_path: &Path, warehouse: &Path) -> Result<Self> {
+        std::fs::create_dir_all(warehouse).map_err(|e| io_error("create warehouse", warehouse, e))?;
+        let warehouse = std::fs::canonicalize(warehouse)
+            .map_err(|e| io_error("resolve warehouse", warehouse, e))?;
+        let db = Database::create(catalog_path).map_err(|e| {
+            redb_error(e).with_context("catalog", catalog_path.display().to_string())
+        })?;
+        let txn = db.begin_write().map_err(redb_error)?;
+        txn.open_table(NAMESPACES).map_err(redb_error)?;
+        txn.open_table(TABLES).map_err(redb_error)?;
+        txn.commit().map_err(redb_error)?;
+        Ok(Self {
+            db: Arc::new(db),
+            warehouse,
+            file_io: FileIO::new_with_fs(),
+            runtime: Runtime::try_current()?,
+            commits: AtomicU64::new(0),
+            on_commit: None,
+        })
+    }
+
+    /// Also counts every data commit of this catalog on `counter` (the
+    /// `skade_catalog_commits_total` metric).
+    pub fn with_commit_counter(mut self, counter: prometheus::IntCounter) -> Self {
+        self.on_commit = Some(counter);
+        self
+    }
+
+    /// Durable data-path commits made through this catalog instance (see
+    /// [`redb_commit_count`] for the process-global count).
+    pub fn commit_count(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// The warehouse root (absolute).
+    pub fn warehouse(&self) -> &Path {
+        &self.warehouse
+    }
+
+    /// The `FileIO` every table of this catalog reads and writes through.
+    pub fn file_io(&self) -> &FileIO {
+        &self.file_io
+    }
+
+    /// The table's current metadata location, as stored in redb.
+    ///
+    /// # Errors
+    /// `TableNotFound` when the table does not exist; `Unexpected` for redb failures.
+    pub async fn metadata_location(&self, ident: &TableIdent) -> Result<String> {
+        let key = table_key(ident)?;
+        let db = self.db.clone();
+        let found = blocking(move || {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            let value = tables.get(key.as_str()).map_err(redb_error)?;
+            Ok(value.map(|v| v.value().to_string()))
+        })
+        .await?;
+        found.ok_or_else(|| table_not_found(ident))
+    }
+
+    /// Commits N tables' updates in ONE redb write transaction (one fsync): every table
+    /// advances or none does.
+    ///
+    /// Each entry's requirements are checked against its table's current metadata and its
+    /// updates applied; the new metadata JSON files are written and the warehouse synced;
+    /// then one write transaction compare-and-swaps every pointer. Returns the advanced
+    /// tables in input order. An empty batch does no redb write and returns `[]`.
+    ///
+    /// # Errors
+    /// - `DataInvalid` when an identifier appears twice — rejected before anything is
+    ///   written, since both entries would build on the same base and one would be lost
+    ///   (design note `ingest_multi` §f1, "Distinct idents per batch").
+    /// - `TableNotFound` for an unknown table; `CatalogCommitConflicts` (retryable) when a
+    ///   requirement fails or a pointer moved after it was read. Nothing is committed; the
+    ///   metadata files already written are orphans.
+    pub async fn atomic_release_raw(&self, batch: Vec<ReleaseEntry>) -> Result<Vec<Table>> {
+        let mut seen = HashSet::new();
+        for (ident, _, _) in &batch {
+            if !seen.insert(ident) {
+                return Err(Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("table {ident} appears more than once in one atomic release"),
+                ));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut prepared = Vec::with_capacity(batch.len());
+        for (ident, requirements, updates) in batch {
+            prepared.push(self.prepare_commit(&ident, requirements, updates).await?);
+        }
+        self.release(prepared).await
+    }
+
+    /// Builds and writes the new metadata for one table; does not move its pointer.
+    async fn prepare_commit(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<PreparedCommit> {
+        let base = self.load_table(ident).await?;
+        for requirement in &requirements {
+            requirement.check(Some(base.metadata()))?;
+        }
+        let base_location = base.metadata_location_result()?.to_string();
+        let mut builder = base
+            .metadata()
+            .clone()
+            .into_builder(Some(base_location.clone()));
+        for update in updates {
+            builder = update.apply(builder)?;
+        }
+        let metadata = builder.build()?.metadata;
+        let new_location = MetadataLocation::from_str(&base_location)?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        metadata.write_to(&self.file_io, &new_location).await?;
+        let new_location = new_location.to_string();
+        let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
+        Ok(PreparedCommit {
+            key: table_key(ident)?,
+            base_location,
+            new_location,
+            table,
+        })
+    }
+
+    /// Syncs the warehouse, then flips every prepared pointer in one write transaction.
+    async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
+        let db = self.db.clone();
+        let warehouse = self.warehouse.clone();
+        let flips: Vec<(String, String, String, String)> = prepared
+            .iter()
+            .map(|p| {
+                (
+                    p.key.clone(),
+                    p.base_location.clone(),
+                    p.new_location.clone(),
+                    p.table.identifier().to_string(),
+                )
+            })
+            .collect();
+        blocking(move || {
+            durable::sync_warehouse(&warehouse)
+                .map_err(|e| io_error("sync warehouse", &warehouse, e))?;
+            let txn = db.begin_write().map_err(redb_error)?;
+            {
+                let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+                for (key, base, new, ident) in &flips {
+                    let current = tables
+                        .get(key.as_str())
+                        .map_err(redb_error)?
+                        .map(|v| v.value().to_string());
+                    match current {
+                        None => {
+                            return Err(Error::new(
+                                ErrorKind::TableNotFound,
+                                format!("table {ident} was dropped during the commit"),
+                            ));
+                        }
+                        Some(current) if current != *base => {
+                            return Err(Error::new(
+                                ErrorKind::CatalogCommitConflicts,
+                                format!("table {ident} was committed concurrently"),
+                            )
+                            .with_context("expected", base.clone())
+                            .with_context("found", current)
+                            .with_retryable(true));
+                        }
+                        Some(_) => {}
+                    }
+                    tables
+                        .insert(key.as_str(), new.as_str())
+                        .map_err(redb_error)?;
+                }
+            }
+            txn.commit().map_err(redb_error)?;
+            Ok(())
+        })
+        .await?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        REDB_COMMITS.fetch_add(1, Ordering::Relaxed);
+        if let Some(counter) = &self.on_commit {
+            counter.inc();
+        }
+        Ok(prepared.into_iter().map(|p| p.table).collect())
+    }
+
+    fn table_handle(
+        &self,
+        ident: TableIdent,
+        location: String,
+        metadata: TableMetadata,
+    ) -> Result<Table> {
+        Table::builder()
+            .file_io(self.file_io.clone())
+            .metadata_location(location)
+            .metadata(metadata)
+            .identifier(ident)
+            .runtime(self.runtime.clone())
+            .build()
+    }
+
+    /// Runs a DDL write transaction (not counted as a data commit).
+    async fn ddl<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        blocking(move || {
+            let txn = db.begin_write().map_err(redb_error)?;
+            let out = f(&txn)?;
+            txn.commit().map_err(redb_error)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        blocking(move || {
+            let txn = db.begin_read().map_err(redb_error)?;
+            f(&txn)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Catalog for RedbCatalog {
+    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+        if let Some(parent) = parent {
+            if !self.namespace_exists(parent).await? {
+                return Err(namespace_not_found(parent));
+            }
+        }
+        let parent: Vec<String> = parent.map(|p| p.as_ref().clone()).unwrap_or_default();
+        self.read(move |txn| {
+            let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            let mut out = Vec::new();
+            for entry in namespaces.iter().map_err(redb_error)? {
+                let (key, _) = entry.map_err(redb_error)?;
+                let parts = split_key(key.value());
+                if parts.len() == parent.len() + 1 && parts.starts_with(&parent) {
+                    out.push(NamespaceIdent::from_vec(parts)?);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        let key = key_of(namespace.as_ref())?;
+        let parent = namespace.parent().map(|p| key_of(p.as_ref())).transpose()?;
+        let json = serde_json::to_string(&properties)?;
+        let ns = namespace.clone();
+        self.ddl(move |txn| {
+            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            if namespaces.get(key.as_str()).map_err(redb_error)?.is_some() {
+                return Err(Error::new(
+                    ErrorKind::NamespaceAlreadyExists,
+                    format!("namespace {} already exists", ns.join(".")),
+                ));
+            }
+            if let Some(parent) = parent {
+                if namespaces.get(parent.as_str()).map_err(redb_error)?.is_none() {
+                    return Err(Error::new(
+                        ErrorKind::NamespaceNotFound,
+                        format!("parent of namespace {} does not exist", ns.join(".")),
+                    ));
+                }
+            }
+            namespaces
+                .insert(key.as_str(), json.as_str())
+                .map_err(redb_error)?;
+            Ok(())
+        })
+        .await?;
+        Ok(Namespace::with_properties(namespace.clone(), properties))
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        let key = key_of(namespace.as_ref())?;
+        let json = self
+            .read(move |txn| {
+                let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+                let value = namespaces.get(key.as_str()).map_err(redb_error)?;
+                Ok(value.map(|v| v.value().to_string()))
+            })
+            .await?
+            .ok_or_else(|| namespace_not_found(namespace))?;
+        let properties: HashMap<String, String> = serde_json::from_str(&json)?;
+        Ok(Namespace::with_properties(namespace.clone(), properties))
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        let key = key_of(namespace.as_ref())?;
+        self.read(move |txn| {
+            let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            Ok(namespaces.get(key.as_str()).map_err(redb_error)?.is_some())
+        })
+        .await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> Result<()> {
+        let key = key_of(namespace.as_ref())?;
+        let json = serde_json::to_string(&properties)?;
+        let ns = namespace.clone();
+        self.ddl(move |txn| {
+            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            if namespaces.get(key.as_str()).map_err(redb_error)?.is_none() {
+                return Err(namespace_not_found(&ns));
+            }
+            namespaces
+                .insert(key.as_str(), json.as_str())
+                .map_err(redb_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops an empty namespace.
+    ///
+    /// # Errors
+    /// `NamespaceNotFound`; `PreconditionFailed` when it still holds tables or child
+    /// namespaces (skade never drops data implicitly).
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        let parts = namespace.as_ref().clone();
+        let key = key_of(&parts)?;
+        let ns = namespace.clone();
+        self.ddl(move |txn| {
+            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            if namespaces.get(key.as_str()).map_err(redb_error)?.is_none() {
+                return Err(namespace_not_found(&ns));
+            }
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            let holds_table = tables.iter().map_err(redb_error)?.any(|e| {
+                e.map(|(k, _)| split_key(k.value()).starts_with(&parts))
+                    .unwrap_or(true)
+            });
+            let holds_child = namespaces.iter().map_err(redb_error)?.any(|e| {
+                e.map(|(k, _)| {
+                    let p = split_key(k.value());
+                    p.len() > parts.len() && p.starts_with(&parts)
+                })
+                .unwrap_or(true)
+            });
+            if holds_table || holds_child {
+                return Err(Error::new(
+                    ErrorKind::PreconditionFailed,
+                    format!("namespace {} is not empty", ns.join(".")),
+                ));
+            }
+            namespaces.remove(key.as_str()).map_err(redb_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        if !self.namespace_exists(namespace).await? {
+            return Err(namespace_not_found(namespace));
+        }
+        let parts = namespace.as_ref().clone();
+        let ns = namespace.clone();
+        self.read(move |txn| {
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            let mut out = Vec::new();
+            for entry in tables.iter().map_err(redb_error)? {
+                let (key, _) = entry.map_err(redb_error)?;
+                let mut p = split_key(key.value());
+                if p.len() == parts.len() + 1 && p.starts_with(&parts) {
+                    let name = p.pop().unwrap_or_default();
+                    out.push(TableIdent::new(ns.clone(), name));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Creates an empty table at `<warehouse>/<namespace...>/<table>` (or the creation's
+    /// own location) and writes its first metadata JSON, synced before the pointer exists.
+    ///
+    /// # Errors
+    /// `NamespaceNotFound`, `TableAlreadyExists`, or iceberg's error for an invalid
+    /// creation.
+    async fn create_table(&self, namespace: &NamespaceIdent, creation: TableCreation) -> Result<Table> {
+        if !self.namespace_exists(namespace).await? {
+            return Err(namespace_not_found(namespace));
+        }
+        let ident = TableIdent::new(namespace.clone(), creation.name.clone());
+        if self.table_exists(&ident).await? {
+            return Err(table_exists(&ident));
+        }
+        let location = match &creation.location {
+            Some(location) => location.clone(),
+            None => {
+                let mut path = self.warehouse.clone();
+                path.extend(namespace.as_ref());
+                path.push(&creation.name);
+                path.to_string_lossy().into_owned()
+            }
+        };
+        let creation = TableCreation {
+            location: Some(location.clone()),
+            ..creation
+        };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        metadata.write_to(&self.file_io, &metadata_location).await?;
+        let metadata_location = metadata_location.to_string();
+        self.insert_pointer(&ident, metadata_location.clone()).await?;
+        self.table_handle(ident, metadata_location, metadata)
+    }
+
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        let location = self.metadata_location(ident).await?;
+        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        self.table_handle(ident.clone(), location, metadata)
+    }
+
+    /// Removes the table from the catalog; its files stay on disk.
+    async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+        let key = table_key(ident)?;
+        let id = ident.clone();
+        self.ddl(move |txn| {
+            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+            if tables.remove(key.as_str()).map_err(redb_error)?.is_none() {
+                return Err(table_not_found(&id));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn purge_table(&self, ident: &TableIdent) -> Result<()> {
+        let table = self.load_table(ident).await?;
+        self.drop_table(ident).await?;
+        iceberg::drop_table_data(&table).await
+    }
+
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        match self.metadata_location(ident).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves the catalog entry; files stay where they are (the metadata keeps its
+    /// location), as Iceberg catalogs do.
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        if !self.namespace_exists(dest.namespace()).await? {
+            return Err(namespace_not_found(dest.namespace()));
+        }
+        let src_key = table_key(src)?;
+        let dest_key = table_key(dest)?;
+        let (s, d) = (src.clone(), dest.clone());
+        self.ddl(move |txn| {
+            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+            if tables.get(dest_key.as_str()).map_err(redb_error)?.is_some() {
+                return Err(table_exists(&d));
+            }
+            let location = tables
+                .remove(src_key.as_str())
+                .map_err(redb_error)?
+                .map(|v| v.value().to_string())
+                .ok_or_else(|| table_not_found(&s))?;
+            tables
+                .insert(dest_key.as_str(), location.as_str())
+                .map_err(redb_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn register_table(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
+        if !self.namespace_exists(ident.namespace()).await? {
+            return Err(namespace_not_found(ident.namespace()));
+        }
+        let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
+        self.insert_pointer(ident, metadata_location.clone()).await?;
+        self.table_handle(ident.clone(), metadata_location, metadata)
+    }
+
+    /// Commits one table: checks the requirements against the current metadata, applies
+    /// the updates, writes the new metadata JSON, syncs the warehouse and flips the pointer
+    /// in ONE redb write transaction (compare-and-swap on the base location).
+    ///
+    /// # Errors
+    /// `CatalogCommitConflicts`, retryable, when a requirement fails or the pointer moved.
+    async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
+        let ident = commit.identifier().clone();
+        let prepared = self
+            .prepare_commit(&ident, commit.take_requirements(), commit.take_updates())
+            .await?;
+        let mut tables = self.release(vec![prepared]).await?;
+        tables.pop().ok_or_else(|| Error::new(ErrorKind::Unexpected, "release returned no table"))
+    }
+}
+
+impl RedbCatalog {
+    /// Inserts a new table pointer (DDL: not a data commit).
+    async fn insert_pointer(&self, ident: &TableIdent, location: String) -> Result<()> {
+        let key = table_key(ident)?;
+        let id = ident.clone();
+        let warehouse = self.warehouse.clone();
+        self.ddl(move |txn| {
+            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+            if tables.get(key.as_str()).map_err(redb_error)?.is_some() {
+                return Err(table_exists(&id));
+            }
+            durable::sync_warehouse(&warehouse)
+                .map_err(|e| io_error("sync warehouse", &warehouse, e))?;
+            tables
+                .insert(key.as_str(), location.as_str())
+                .map_err(redb_error)?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Runs blocking redb work off the async runtime.
+async fn blocking<T, F>(f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unexpected, "catalog task failed").with_source(e))?
+}
+
+/// The redb key of a list of name elements.
+///
+/// # Errors
+/// `DataInvalid` for an empty list or an element that is empty or holds the separator.
+fn key_of(parts: &[String]) -> Result<String> {
+    if parts.is_empty() || parts.iter().any(|p| p.is_empty() || p.contains(KEY_SEP)) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("invalid catalog name {parts:?}"),
+        ));
+    }
+    Ok(parts.join(&KEY_SEP.to_string()))
+}
+
+fn table_key(ident: &TableIdent) -> Result<String> {
+    let mut parts = ident.namespace().as_ref().clone();
+    parts.push(ident.name().to_string());
+    key_of(&parts)
+}
+
+fn split_key(key: &str) -> Vec<String> {
+    key.split(KEY_SEP).map(str::to_string).collect()
+}
+
+fn redb_error(e: impl Into<redb::Error>) -> Error {
+    let e: redb::Error = e.into();
+    Error::new(ErrorKind::Unexpected, format!("catalog storage: {e}")).with_source(e)
+}
+
+fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(ErrorKind::Unexpected, format!("{what} {}: {e}", path.display())).with_source(e)
+}
+
+fn namespace_not_found(ns: &NamespaceIdent) -> Error {
+    Error::new(
+        ErrorKind::NamespaceNotFound,
+        format!("namespace {} does not exist", ns.join(".")),
+    )
+}
+
+fn table_not_found(ident: &TableIdent) -> Error {
+    Error::new(ErrorKind::TableNotFound, format!("table {ident} does not exist"))
+}
+
+fn table_exists(ident: &TableIdent) -> Error {
+    Error::new(ErrorKind::TableAlreadyExists, format!("table {ident} already exists"))
+}

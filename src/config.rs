@@ -1,0 +1,91 @@
+//! Command line and environment configuration (SERVICE.md, "Process and defaults").
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// skade: Arrow Flight in, Apache Iceberg tables out, one embedded redb catalog.
+#[derive(Debug, Parser)]
+#[command(name = "skade", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// skade's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the Flight server with its embedded catalog.
+    Serve(Config),
+}
+
+/// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Directory holding `catalog.redb` and `warehouse/`.
+    #[arg(long, env = "SKADE_DATA_DIR", default_value = "./skade-data")]
+    pub data_dir: PathBuf,
+
+    /// Address of the Arrow Flight (gRPC) server. Port 0 picks a free port.
+    #[arg(long, env = "SKADE_FLIGHT_ADDR", default_value = "127.0.0.1:50051")]
+    pub flight_addr: SocketAddr,
+
+    /// Address of the HTTP server for `/metrics` and `/healthz`. Port 0 picks a free port.
+    #[arg(long, env = "SKADE_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: SocketAddr,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub ingest: IngestConfig,
+}
+
+/// How streaming puts are cut into data files and commits.
+#[derive(Debug, Clone, Args)]
+pub struct IngestConfig {
+    /// Target size of one data file, as Arrow in-memory bytes gathered before an encode
+    /// (e.g. `128MiB`). The Parquet file is usually smaller.
+    #[arg(long, env = "SKADE_TARGET_FILE_SIZE", default_value = "128MiB", value_parser = parse_bytes)]
+    pub target_file_size: u64,
+
+    /// Data files per snapshot on a streaming put.
+    #[arg(long, env = "SKADE_FILES_PER_COMMIT", default_value = "4")]
+    pub files_per_commit: NonZeroUsize,
+
+    /// Longest time rows of an open stream wait before they are committed (e.g. `10s`).
+    #[arg(long, env = "SKADE_COMMIT_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub commit_interval: Duration,
+
+    /// Data-file writes in flight ahead of the committer.
+    #[arg(long, env = "SKADE_CHANNEL_DEPTH", default_value = "4")]
+    pub channel_depth: NonZeroUsize,
+
+    /// Largest gRPC message accepted or sent (e.g. `64MiB`); larger ones get
+    /// `ResourceExhausted`.
+    #[arg(long, env = "SKADE_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
+    pub max_message_size: u64,
+}
+
+impl Config {
+    /// The defaults of `skade serve` with `data_dir` and both addresses on
+    /// `127.0.0.1:0` — what tests and embedders start from.
+    pub fn for_tests(data_dir: impl Into<PathBuf>) -> Self {
+        let mut config = match Cli::parse_from(["skade", "serve"]).command {
+            Command::Serve(config) => config,
+        };
+        config.data_dir = data_dir.into();
+        config.flight_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        config
+    }
+}
+
+/// Parses a byte size such as `128MiB`, `64 MB` or `1048576`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("not a byte size ({e}); use e.g. 128MiB"))
+}

@@ -1,0 +1,220 @@
+//! The Arrow Flight service: streaming put, read back, and (later) Flight SQL.
+
+pub mod names;
+mod put;
+mod read;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_descriptor::DescriptorType;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::{Stream, StreamExt, TryStreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, info_span, warn};
+
+use crate::catalog::RedbCatalog;
+use crate::config::IngestConfig;
+use crate::error::Error;
+use crate::metrics::Metrics;
+
+/// What every RPC shares: the catalog, the metrics and the ingest settings.
+#[derive(Debug)]
+pub struct Service {
+    /// The catalog all tables live in.
+    pub catalog: Arc<RedbCatalog>,
+    /// This server's metrics.
+    pub metrics: Metrics,
+    /// How puts are cut into files and commits.
+    pub config: IngestConfig,
+}
+
+/// The tonic `FlightService` over a shared [`Service`].
+#[derive(Debug, Clone)]
+pub struct SkadeFlight {
+    svc: Arc<Service>,
+}
+
+impl SkadeFlight {
+    /// Wraps `svc`.
+    pub fn new(svc: Arc<Service>) -> Self {
+        Self { svc }
+    }
+
+    /// Counts a failed put and turns it into its status.
+    fn fail(&self, e: Error) -> Status {
+        let status = e.into_status();
+        self.svc
+            .metrics
+            .ingest_errors
+            .with_label_values(&[&format!("{:?}", status.code())])
+            .inc();
+        status
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+fn unimplemented(rpc: &str) -> Status {
+    Status::unimplemented(format!("skade does not implement {rpc}"))
+}
+
+/// The table of a `PATH` descriptor.
+fn path_table(descriptor: &FlightDescriptor) -> Result<iceberg::TableIdent, Error> {
+    match DescriptorType::try_from(descriptor.r#type) {
+        Ok(DescriptorType::Path) => names::table_from_path(&descriptor.path),
+        Ok(DescriptorType::Cmd) => Err(Error::BadRequest {
+            reason: "this command descriptor is not one skade serves; use a PATH descriptor \
+                     [namespace..., table]"
+                .to_string(),
+        }),
+        _ => Err(Error::BadRequest {
+            reason: "the descriptor is neither PATH nor CMD".to_string(),
+        }),
+    }
+}
+
+/// Decrements the open-streams gauge when a put ends, however it ends.
+struct StreamGuard(prometheus::IntGauge);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for SkadeFlight {
+    type HandshakeStream = BoxStream<HandshakeResponse>;
+    type ListFlightsStream = BoxStream<FlightInfo>;
+    type DoGetStream = BoxStream<FlightData>;
+    type DoPutStream = BoxStream<PutResult>;
+    type DoExchangeStream = BoxStream<FlightData>;
+    type DoActionStream = BoxStream<arrow_flight::Result>;
+    type ListActionsStream = BoxStream<ActionType>;
+
+    async fn handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        Err(unimplemented("Handshake"))
+    }
+
+    async fn list_flights(
+        &self,
+        _request: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        let infos = read::list(&self.svc).await.map_err(Error::into_status)?;
+        Ok(Response::new(read::info_stream(infos)))
+    }
+
+    async fn get_flight_info(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
+        let info = read::flight_info(&self.svc, &ident)
+            .await
+            .map_err(Error::into_status)?;
+        Ok(Response::new(info))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _request: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(unimplemented("PollFlightInfo"))
+    }
+
+    async fn get_schema(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
+        let info = read::flight_info(&self.svc, &ident)
+            .await
+            .map_err(Error::into_status)?;
+        Ok(Response::new(SchemaResult {
+            schema: info.schema,
+        }))
+    }
+
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
+        let ident = names::table_from_ticket(&request.get_ref().ticket).map_err(Error::into_status)?;
+        let stream = read::do_get(&self.svc, &ident)
+            .await
+            .map_err(Error::into_status)?;
+        Ok(Response::new(stream))
+    }
+
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        let mut input = request.into_inner();
+        let first = match input.message().await {
+            Ok(Some(first)) => first,
+            Ok(None) => {
+                return Err(self.fail(Error::BadRequest {
+                    reason: "empty DoPut stream: the first message must carry a descriptor"
+                        .to_string(),
+                }));
+            }
+            Err(status) => return Err(self.fail(Error::Transport(status))),
+        };
+        let descriptor = first.flight_descriptor.clone().unwrap_or_default();
+        let ident = path_table(&descriptor).map_err(|e| self.fail(e))?;
+        let data = futures::stream::once(async move { Ok(first) })
+            .chain(input)
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
+        let batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let (tx, rx) = mpsc::channel(16);
+        let this = self.clone();
+        let span = info_span!("do_put", table = %ident);
+        self.svc.metrics.put_streams_active.inc();
+        let guard = StreamGuard(self.svc.metrics.put_streams_active.clone());
+        tokio::spawn(
+            async move {
+                let _guard = guard;
+                if let Err(e) = put::run(&this.svc, ident, batches, tx.clone()).await {
+                    warn!(error = %e, "put failed");
+                    let _ = tx.send(Err(this.fail(e))).await;
+                }
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn do_exchange(
+        &self,
+        _request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(unimplemented("DoExchange"))
+    }
+
+    async fn do_action(
+        &self,
+        _request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        Err(unimplemented("DoAction"))
+    }
+
+    async fn list_actions(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        Ok(Response::new(Box::pin(futures::stream::empty())))
+    }
+}

@@ -1,0 +1,122 @@
+//! Read back: `GetFlightInfo`, `DoGet` and `ListFlights` over the committed tables.
+
+use std::pin::Pin;
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use futures::{Stream, StreamExt, TryStreamExt};
+use iceberg::table::Table;
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use tonic::Status;
+
+use super::Service;
+use super::names;
+use crate::error::Error;
+use crate::write;
+
+/// A stream of Flight data or a status.
+pub(crate) type DataStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send>>;
+
+/// The `FlightInfo` of `ident`: its Arrow schema, row count and Parquet bytes at the
+/// current snapshot (from the snapshot summary's `total-records` / `total-files-size`),
+/// and one endpoint whose ticket `DoGet` accepts.
+///
+/// # Errors
+/// `NotFound` for an unknown table; `Internal` for unreadable metadata.
+pub(crate) async fn flight_info(svc: &Service, ident: &TableIdent) -> Result<FlightInfo, Error> {
+    let table = load(svc, ident).await?;
+    info_of(&table)
+}
+
+fn info_of(table: &Table) -> Result<FlightInfo, Error> {
+    let ident = table.identifier();
+    let schema = write::table_arrow_schema(table)?;
+    let summary_total = |key: &str| -> i64 {
+        table
+            .metadata()
+            .current_snapshot()
+            .and_then(|s| s.summary().additional_properties.get(key).cloned())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let info = FlightInfo::new()
+        .try_with_schema(&schema)
+        .map_err(|e| Error::Catalog {
+            table: ident.to_string(),
+            source: iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()),
+        })?
+        .with_descriptor(FlightDescriptor::new_path(names::path_of(ident)))
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(names::ticket_of(ident))))
+        .with_total_records(summary_total("total-records"))
+        .with_total_bytes(summary_total("total-files-size"));
+    Ok(info)
+}
+
+/// Streams the rows of `ident`'s current snapshot (schema only for a table with none).
+///
+/// # Errors
+/// `NotFound` for an unknown table; errors while scanning end the stream with a status.
+pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStream, Error> {
+    let table = load(svc, ident).await?;
+    let schema = write::table_arrow_schema(&table)?;
+    let catalog_err = |source: iceberg::Error| Error::Catalog {
+        table: ident.to_string(),
+        source,
+    };
+    let batches = table
+        .scan()
+        .build()
+        .map_err(catalog_err)?
+        .to_arrow()
+        .await
+        .map_err(catalog_err)?
+        .map_err(|e| FlightError::ExternalError(Box::new(e)));
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(batches)
+        .map_err(|e| match e {
+            FlightError::Tonic(status) => *status,
+            other => Status::internal(format!("reading the table failed: {other}")),
+        });
+    Ok(Box::pin(stream))
+}
+
+/// The `FlightInfo` of every table in every namespace.
+///
+/// # Errors
+/// Catalog failures while listing.
+pub(crate) async fn list(svc: &Service) -> Result<Vec<FlightInfo>, Error> {
+    let catalog: &dyn Catalog = svc.catalog.as_ref();
+    let err = |source: iceberg::Error| Error::Catalog {
+        table: "*".to_string(),
+        source,
+    };
+    let mut pending: Vec<NamespaceIdent> = catalog.list_namespaces(None).await.map_err(err)?;
+    let mut infos = Vec::new();
+    while let Some(ns) = pending.pop() {
+        pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
+        for ident in catalog.list_tables(&ns).await.map_err(err)? {
+            let table = load(svc, &ident).await?;
+            infos.push(info_of(&table)?);
+        }
+    }
+    Ok(infos)
+}
+
+async fn load(svc: &Service, ident: &TableIdent) -> Result<Table, Error> {
+    svc.catalog
+        .load_table(ident)
+        .await
+        .map_err(|source| Error::Catalog {
+            table: ident.to_string(),
+            source,
+        })
+}
+
+/// Boxes a ready-made stream of Flight infos.
+pub(crate) fn info_stream(
+    infos: Vec<FlightInfo>,
+) -> Pin<Box<dyn Stream<Item = Result<FlightInfo, Status>> + Send>> {
+    Box::pin(futures::stream::iter(infos.into_iter().map(Ok)).boxed())
+}

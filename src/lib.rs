@@ -1,0 +1,180 @@
+//! skade: an Arrow Flight (gRPC) service that turns streams of Arrow record batches into
+//! Apache Iceberg tables, with an embedded redb catalog as its single durability point.
+//!
+//! [`start`] runs the whole service in-process (the tests do this); `main.rs` only parses
+//! the command line and calls [`run`]. The contract is `SERVICE.md` in the design notes.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod flight;
+pub mod http;
+pub mod metrics;
+pub mod write;
+
+/// skade's own protobuf messages (`proto/skade/v1/skade.proto`).
+#[allow(missing_docs, unreachable_pub)]
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/skade.v1.rs"));
+}
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::info;
+
+pub use catalog::{RedbCatalog, redb_commit_count};
+pub use config::Config;
+use flight::{Service, SkadeFlight};
+use metrics::Metrics;
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The catalog could not be opened — most often another skade holds its lock.
+    #[error("cannot open the catalog {path}: {source} (is another skade running on this data dir?)")]
+    Catalog {
+        /// The `catalog.redb` path.
+        path: PathBuf,
+        /// The catalog's error.
+        #[source]
+        source: iceberg::Error,
+    },
+    /// An address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A server task failed.
+    #[error("server failed: {0}")]
+    Serve(String),
+}
+
+/// A service started by [`start`].
+#[derive(Debug)]
+pub struct Running {
+    /// The bound Flight address (the real port when 0 was asked for).
+    pub flight_addr: SocketAddr,
+    /// The bound metrics/health address.
+    pub metrics_addr: SocketAddr,
+    /// The service state (catalog, metrics).
+    pub service: Arc<Service>,
+    shutdown: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<Result<(), StartError>>>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight RPCs finish, and waits for both servers to end.
+    ///
+    /// # Errors
+    /// A server task's failure.
+    pub async fn shutdown_and_wait(mut self) -> Result<(), StartError> {
+        for tx in self.shutdown.drain(..) {
+            let _ = tx.send(());
+        }
+        for task in self.tasks.drain(..) {
+            task.await.map_err(|e| StartError::Serve(e.to_string()))??;
+        }
+        Ok(())
+    }
+}
+
+/// Opens the catalog under `config.data_dir`, binds both addresses and serves in the
+/// background. Must run inside a multi-threaded tokio runtime with timers.
+///
+/// # Errors
+/// [`StartError::Catalog`] when the catalog cannot be opened (e.g. another process holds
+/// its lock); [`StartError::Bind`] when an address is taken.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let catalog_path = config.data_dir.join("catalog.redb");
+    let metrics = Metrics::new();
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Catalog {
+        path: catalog_path.clone(),
+        source: iceberg::Error::new(iceberg::ErrorKind::Unexpected, source.to_string()),
+    })?;
+    let catalog = RedbCatalog::open(&catalog_path, &config.data_dir.join("warehouse"))
+        .map_err(|source| StartError::Catalog {
+            path: catalog_path.clone(),
+            source,
+        })?
+        .with_commit_counter(metrics.catalog_commits.clone());
+    let service = Arc::new(Service {
+        catalog: Arc::new(catalog),
+        metrics: metrics.clone(),
+        config: config.ingest.clone(),
+    });
+
+    let bind = |addr: SocketAddr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let flight_listener = bind(config.flight_addr).await?;
+    let metrics_listener = bind(config.metrics_addr).await?;
+    let flight_addr = local_addr(&flight_listener, config.flight_addr)?;
+    let metrics_addr = local_addr(&metrics_listener, config.metrics_addr)?;
+
+    let limit = usize::try_from(config.ingest.max_message_size).unwrap_or(usize::MAX);
+    let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit);
+    let (flight_stop, flight_stopped) = oneshot::channel::<()>();
+    let flight_task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(flight)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(flight_listener), async {
+                let _ = flight_stopped.await;
+            })
+            .await
+            .map_err(|e| StartError::Serve(format!("flight: {e}")))
+    });
+
+    let (http_stop, http_stopped) = oneshot::channel::<()>();
+    let app = http::router(Arc::new(metrics));
+    let http_task = tokio::spawn(async move {
+        axum::serve(metrics_listener, app)
+            .with_graceful_shutdown(async {
+                let _ = http_stopped.await;
+            })
+            .await
+            .map_err(|e| StartError::Serve(format!("metrics: {e}")))
+    });
+    info!(%flight_addr, %metrics_addr, data_dir = %config.data_dir.display(), "serving");
+    Ok(Running {
+        flight_addr,
+        metrics_addr,
+        service,
+        shutdown: vec![flight_stop, http_stop],
+        tasks: vec![flight_task, http_task],
+    })
+}
+
+fn local_addr(
+    listener: &tokio::net::TcpListener,
+    asked: SocketAddr,
+) -> Result<SocketAddr, StartError> {
+    listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr: asked, source })
+}
+
+/// Runs the service until `shutdown` resolves, then stops cleanly.
+///
+/// # Errors
+/// As [`start`], or a server task's failure.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    let running = start(config).await?;
+    shutdown.await;
+    info!("shutting down");
+    running.shutdown_and_wait().await
+}

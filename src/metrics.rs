@@ -1,0 +1,135 @@
+//! Every metric skade exports, by name (SERVICE.md, "Metrics"), and their registry.
+//!
+//! Each server owns its own [`Metrics`] (a `prometheus::Registry`), so several servers in
+//! one process — as in the tests — count separately.
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Durable redb write transactions on the data paths (= commit fsyncs).
+pub const CATALOG_COMMITS_TOTAL: &str = "skade_catalog_commits_total";
+/// Seconds of one catalog commit, label `lane` = `stream` | `multi`.
+pub const COMMIT_DURATION_SECONDS: &str = "skade_commit_duration_seconds";
+/// Rows made visible, label `table`.
+pub const ROWS_COMMITTED_TOTAL: &str = "skade_rows_committed_total";
+/// Data files made visible, label `table`.
+pub const DATA_FILES_COMMITTED_TOTAL: &str = "skade_data_files_committed_total";
+/// Parquet bytes made visible, label `table`.
+pub const BYTES_COMMITTED_TOTAL: &str = "skade_bytes_committed_total";
+/// Open DoPut streams.
+pub const PUT_STREAMS_ACTIVE: &str = "skade_put_streams_active";
+/// Open Flight SQL transactions.
+pub const TRANSACTIONS_ACTIVE: &str = "skade_transactions_active";
+/// Failed puts/commits, label `code` (gRPC code name).
+pub const INGEST_ERRORS_TOTAL: &str = "skade_ingest_errors_total";
+
+/// The `lane` label of a commit on the streaming put.
+pub const LANE_STREAM: &str = "stream";
+/// The `lane` label of a multi-table commit.
+pub const LANE_MULTI: &str = "multi";
+
+/// The metric handles of one server.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// See [`CATALOG_COMMITS_TOTAL`].
+    pub catalog_commits: IntCounter,
+    /// See [`COMMIT_DURATION_SECONDS`].
+    pub commit_duration: HistogramVec,
+    /// See [`ROWS_COMMITTED_TOTAL`].
+    pub rows_committed: IntCounterVec,
+    /// See [`DATA_FILES_COMMITTED_TOTAL`].
+    pub data_files_committed: IntCounterVec,
+    /// See [`BYTES_COMMITTED_TOTAL`].
+    pub bytes_committed: IntCounterVec,
+    /// See [`PUT_STREAMS_ACTIVE`].
+    pub put_streams_active: IntGauge,
+    /// See [`TRANSACTIONS_ACTIVE`].
+    pub transactions_active: IntGauge,
+    /// See [`INGEST_ERRORS_TOTAL`].
+    pub ingest_errors: IntCounterVec,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    ///
+    /// # Panics
+    /// Never in practice: registration fails only for duplicate or malformed names, and
+    /// the names are the constants above.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let counter_vec = |name: &str, help: &str, label: &str| {
+            let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let rows_committed = counter_vec(ROWS_COMMITTED_TOTAL, "Rows made visible.", "table");
+        let data_files_committed =
+            counter_vec(DATA_FILES_COMMITTED_TOTAL, "Data files made visible.", "table");
+        let bytes_committed =
+            counter_vec(BYTES_COMMITTED_TOTAL, "Parquet bytes made visible.", "table");
+        let ingest_errors = counter_vec(INGEST_ERRORS_TOTAL, "Failed puts and commits.", "code");
+        let catalog_commits = IntCounter::new(
+            CATALOG_COMMITS_TOTAL,
+            "Durable redb write transactions on the data paths (commit fsyncs).",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(catalog_commits.clone()))
+            .expect("unique metric");
+        let commit_duration = HistogramVec::new(
+            HistogramOpts::new(COMMIT_DURATION_SECONDS, "Seconds of one catalog commit.").buckets(
+                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
+            ),
+            &["lane"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(commit_duration.clone()))
+            .expect("unique metric");
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let put_streams_active = gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams.");
+        let transactions_active = gauge(TRANSACTIONS_ACTIVE, "Open Flight SQL transactions.");
+        Self {
+            registry,
+            catalog_commits,
+            commit_duration,
+            rows_committed,
+            data_files_committed,
+            bytes_committed,
+            put_streams_active,
+            transactions_active,
+            ingest_errors,
+        }
+    }
+
+    /// Records one successful commit of `stats` to `table` on `lane`.
+    pub fn record_commit(&self, lane: &str, table: &str, stats: &crate::write::IngestStats, seconds: f64) {
+        self.commit_duration.with_label_values(&[lane]).observe(seconds);
+        self.rows_committed.with_label_values(&[table]).inc_by(stats.rows);
+        self.data_files_committed
+            .with_label_values(&[table])
+            .inc_by(stats.files);
+        self.bytes_committed.with_label_values(&[table]).inc_by(stats.bytes);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,174 @@
+//! The single-table ingest lanes: encode on all cores, write, commit one snapshot.
+
+use arrow_array::RecordBatch;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::Catalog;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+
+use super::encode::{EncodedFile, WriteProps, encode_groups};
+use super::WriteError;
+
+/// What an ingest made visible.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IngestStats {
+    /// Rows committed.
+    pub rows: u64,
+    /// Data files committed.
+    pub files: u64,
+    /// Parquet bytes committed (sum of the data files' sizes).
+    pub bytes: u64,
+    /// Catalog commits made (= snapshots added = redb write transactions).
+    pub commits: u64,
+}
+
+impl IngestStats {
+    /// Adds `files` committed by one commit.
+    pub fn add_commit(&mut self, files: &[DataFile]) {
+        self.rows += files.iter().map(DataFile::record_count).sum::<u64>();
+        self.bytes += files.iter().map(DataFile::file_size_in_bytes).sum::<u64>();
+        self.files += files.len() as u64;
+        self.commits += 1;
+    }
+}
+
+/// Encodes `groups` into Parquet files on all cores (see [`encode_groups`]), off the async
+/// runtime.
+///
+/// # Errors
+/// [`WriteError::Encode`], or [`WriteError::Task`] if the encode task panicked.
+///
+/// # Cancel safety
+/// Dropping the future does not stop an encode already running; its result is discarded.
+pub async fn encode(table: &Table, groups: Vec<Vec<RecordBatch>>) -> Result<Vec<EncodedFile>, WriteError> {
+    let owned = table.clone();
+    tokio::task::spawn_blocking(move || encode_groups(&owned, groups))
+        .await
+        .map_err(|e| WriteError::Task {
+            table: table.identifier().to_string(),
+            reason: e.to_string(),
+        })?
+}
+
+/// Writes `encoded` files under `<table location>/data/` as
+/// `<write_id>-<seq:08>.parquet` (`seq` = position in `encoded`), at most
+/// `props.channel_depth` at once, and returns their `DataFile`s in input order.
+///
+/// The bytes are not fsynced here: the commit that references them syncs the warehouse
+/// before its pointer flip (see `catalog::durable`).
+///
+/// # Errors
+/// [`WriteError::Storage`] naming the file that failed; files already written stay as
+/// orphans.
+///
+/// # Cancel safety
+/// Dropping the future may leave some files written (orphans, never referenced).
+pub async fn write_files(
+    table: &Table,
+    encoded: Vec<EncodedFile>,
+    props: &WriteProps,
+) -> Result<Vec<DataFile>, WriteError> {
+    let write_id = uuid::Uuid::new_v4();
+    let location = table.metadata().location().trim_end_matches('/').to_string();
+    let spec_id = table.metadata().default_partition_spec_id();
+    let ident = table.identifier().to_string();
+    futures::stream::iter(encoded.into_iter().enumerate())
+        .map(|(seq, file)| {
+            let path = format!("{location}/data/{write_id}-{seq:08}.parquet");
+            let file_io = table.file_io().clone();
+            let ident = ident.clone();
+            async move {
+                let storage = |source| WriteError::Storage {
+                    table: ident.clone(),
+                    path: path.clone(),
+                    source,
+                };
+                let output = file_io.new_output(&path).map_err(storage)?;
+                let bytes = file.bytes;
+                // Local storage writes with blocking std::fs calls: keep them off the runtime.
+                tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
+                    .await
+                    .map_err(|e| {
+                        storage(iceberg::Error::new(
+                            iceberg::ErrorKind::Unexpected,
+                            format!("write task failed: {e}"),
+                        ))
+                    })?
+                    .map_err(storage)?;
+                let mut builder = file.data_file;
+                builder.file_path(path.clone()).partition_spec_id(spec_id);
+                builder.build().map_err(|e| {
+                    storage(iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        format!("incomplete data file: {e}"),
+                    ))
+                })
+            }
+        })
+        .buffered(props.channel_depth.max(1))
+        .try_collect()
+        .await
+}
+
+/// Commits `data_files` to `table` as one fast append (one snapshot, one catalog commit).
+/// A concurrent commit to the same table makes iceberg rebase and retry (the catalog's
+/// conflicts are retryable).
+///
+/// # Errors
+/// [`WriteError::Catalog`]: a conflict that outlasted iceberg's retries, or a storage
+/// failure of the manifest/metadata writes.
+///
+/// # Cancel safety
+/// Dropping the future before the catalog's write transaction commits commits nothing.
+pub async fn commit_files(
+    catalog: &dyn Catalog,
+    table: &Table,
+    data_files: Vec<DataFile>,
+) -> Result<Table, WriteError> {
+    let tx = Transaction::new(table);
+    let tx = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(data_files)
+        .apply(tx)
+        .map_err(|e| WriteError::catalog(table.identifier(), e))?;
+    tx.commit(catalog)
+        .await
+        .map_err(|e| WriteError::catalog(table.identifier(), e))
+}
+
+/// Encodes every group on all cores, writes the files, and commits them all as ONE
+/// snapshot. Input with no rows commits nothing (`commits == 0`).
+///
+/// # Errors
+/// The first [`WriteError`] of encode, write or commit; nothing is committed then.
+pub async fn ingest_parallel(
+    catalog: &dyn Catalog,
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+    props: &WriteProps,
+) -> Result<(Table, IngestStats), WriteError> {
+    let encoded = encode(table, groups).await?;
+    let files = write_files(table, encoded, props).await?;
+    let mut stats = IngestStats::default();
+    if files.is_empty() {
+        return Ok((table.clone(), stats));
+    }
+    stats.add_commit(&files);
+    let table = commit_files(catalog, table, files).await?;
+    Ok((table, stats))
+}
+
+/// Appends `batches` as one data file in one snapshot (`ingest_parallel` with one group).
+///
+/// # Errors
+/// As [`ingest_parallel`].
+pub async fn append(
+    catalog: &dyn Catalog,
+    table: &Table,
+    batches: Vec<RecordBatch>,
+    props: &WriteProps,
+) -> Result<(Table, IngestStats), WriteError> {
+    ingest_parallel(catalog, table, vec![batches], props).await
+}

@@ -1,0 +1,87 @@
+//! The write path: Arrow record batches → Parquet data files → Iceberg snapshots.
+//!
+//! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
+//! - [`encode`]: all-core Parquet encode of row groups into in-memory files.
+//! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
+//! - [`ingest`]: the lanes that put those together (`append`, `ingest_parallel`).
+
+pub mod encode;
+pub mod ingest;
+pub mod schema;
+pub mod stage;
+
+pub use encode::{EncodedFile, WriteProps, encode_groups};
+pub use ingest::{IngestStats, append, commit_files, encode, ingest_parallel, write_files};
+pub use schema::{conform_batch, ensure_table, iceberg_schema_for, table_arrow_schema};
+pub use stage::stage_fast_append;
+
+/// What can go wrong on the write path. Each variant names the table it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The data does not fit the table's schema (a bad column, type or null).
+    #[error("table {table}: column {column:?}: {reason}")]
+    Schema {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// Offending column name.
+        column: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The stream's Arrow schema has no Iceberg equivalent.
+    #[error("table {table}: unsupported Arrow schema: {source}")]
+    UnsupportedSchema {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// iceberg's explanation.
+        #[source]
+        source: iceberg::Error,
+    },
+    /// Parquet encoding failed.
+    #[error("table {table}: encoding a data file failed: {source}")]
+    Encode {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// iceberg's (or parquet's) error.
+        #[source]
+        source: iceberg::Error,
+    },
+    /// Writing a data file to storage failed.
+    #[error("table {table}: writing data file {path} failed: {source}")]
+    Storage {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// The data file's location.
+        path: String,
+        /// The storage error.
+        #[source]
+        source: iceberg::Error,
+    },
+    /// A catalog operation (load, create, commit) failed.
+    #[error("table {table}: {source}")]
+    Catalog {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// The catalog's error; its `kind()` tells conflicts from other failures.
+        #[source]
+        source: iceberg::Error,
+    },
+    /// A blocking encode task panicked or was cancelled.
+    #[error("table {table}: encode task failed: {reason}")]
+    Task {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// The join error's text.
+        reason: String,
+    },
+}
+
+impl WriteError {
+    /// Wraps a catalog error for `table`.
+    pub fn catalog(table: &impl std::fmt::Display, source: iceberg::Error) -> Self {
+        Self::Catalog {
+            table: table.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Capturing a fast append's `(requirements, updates)` without committing it.
+//!
+//! iceberg 0.10.1 keeps `FastAppendAction::commit` crate-private and `TableCommit`'s
+//! builder too, so an outside caller cannot ask for a fast append's commit directly. A
+//! [`StagingCatalog`] is the seam (design note `ingest_multi` §f3, translated): its
+//! `load_table` returns exactly the base table and its `update_table` keeps the commit's
+//! requirements and updates instead of applying them. Running the ordinary
+//! `Transaction::commit` against it writes the same manifest and manifest list a real
+//! fast append would, and hands back what `atomic_release_raw` needs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{
+    Catalog, Error, ErrorKind, Namespace, NamespaceIdent, Result, TableCommit, TableCreation,
+    TableIdent, TableRequirement, TableUpdate,
+};
+
+/// Stages `data_files` as one fast append on `table` (one new snapshot when released):
+/// writes its manifest and manifest list, and returns its `(requirements, updates)`.
+/// The catalog is not touched.
+///
+/// # Errors
+/// iceberg's error from the fast append (e.g. a data file whose partition does not fit
+/// the table's spec, or a manifest write failure).
+pub async fn stage_fast_append(
+    table: &Table,
+    data_files: Vec<DataFile>,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let staging = StagingCatalog {
+        base: table.clone(),
+        captured: Mutex::new(None),
+    };
+    let tx = Transaction::new(table);
+    let tx = tx
+        .fast_append()
+        .with_check_duplicate(false)
+        .add_data_files(data_files)
+        .apply(tx)?;
+    tx.commit(&staging).await?;
+    let captured = staging
+        .captured
+        .lock()
+        .map_err(|_| Error::new(ErrorKind::Unexpected, "staging catalog lock poisoned"))?
+        .take();
+    captured.ok_or_else(|| Error::new(ErrorKind::Unexpected, "fast append produced no commit"))
+}
+
+/// A catalog that knows one table and records the commit made to it.
+#[derive(Debug)]
+struct StagingCatalog {
+    base: Table,
+    captured: Mutex<Option<(Vec<TableRequirement>, Vec<TableUpdate>)>>,
+}
+
+fn unsupported() -> Error {
+    Error::new(
+        ErrorKind::FeatureUnsupported,
+        "the staging catalog only loads its base table and captures one commit",
+    )
+}
+
+#[async_trait]
+impl Catalog for StagingCatalog {
+    async fn list_namespaces(&self, _: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+        Err(unsupported())
+    }
+    async fn create_namespace(
+        &self,
+        _: &NamespaceIdent,
+        _: HashMap<String, String>,
+    ) -> Result<Namespace> {
+        Err(unsupported())
+    }
+    async fn get_namespace(&self, _: &NamespaceIdent) -> Result<Namespace> {
+        Err(unsupported())
+    }
+    async fn namespace_exists(&self, _: &NamespaceIdent) -> Result<bool> {
+        Err(unsupported())
+    }
+    async fn update_namespace(&self, _: &NamespaceIdent, _: HashMap<String, String>) -> Result<()> {
+        Err(unsupported())
+    }
+    async fn drop_namespace(&self, _: &NamespaceIdent) -> Result<()> {
+        Err(unsupported())
+    }
+    async fn list_tables(&self, _: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        Err(unsupported())
+    }
+    async fn create_table(&self, _: &NamespaceIdent, _: TableCreation) -> Result<Table> {
+        Err(unsupported())
+    }
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+        if ident == self.base.identifier() {
+            Ok(self.base.clone())
+        } else {
+            Err(unsupported())
+        }
+    }
+    async fn drop_table(&self, _: &TableIdent) -> Result<()> {
+        Err(unsupported())
+    }
+    async fn purge_table(&self, _: &TableIdent) -> Result<()> {
+        Err(unsupported())
+    }
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+        Ok(ident == self.base.identifier())
+    }
+    async fn rename_table(&self, _: &TableIdent, _: &TableIdent) -> Result<()> {
+        Err(unsupported())
+    }
+    async fn register_table(&self, _: &TableIdent, _: String) -> Result<Table> {
+        Err(unsupported())
+    }
+    async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
+        let staged = (commit.take_requirements(), commit.take_updates());
+        *self
+            .captured
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Unexpected, "staging catalog lock poisoned"))? =
+            Some(staged);
+        Ok(self.base.clone())
+    }
+}

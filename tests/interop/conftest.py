@@ -1,0 +1,197 @@
+"""Pytest fixtures for skade's Python interop suite.
+
+The suite talks to a real ``skade serve`` process with the clients users use:
+``pyarrow.flight`` for Flight and ``pyiceberg`` for reading the Iceberg tables
+skade writes. This file provides the session-scoped ``skade_server`` fixture that
+starts the server on free loopback ports with a fresh data dir and stops it
+(SIGTERM, then SIGKILL after 20 s) when the session ends.
+
+Run (from the repository root, after ``cargo build``)::
+
+    python3 -m venv .venv
+    .venv/bin/pip install -r tests/interop/requirements.txt
+    .venv/bin/pytest tests/interop
+
+Environment:
+
+* ``SKADE_BIN`` -- the skade binary to test (default ``<repo>/target/debug/skade``).
+
+The server's stdout/stderr go to ``skade.log`` in the session's pytest temp dir
+(``pytest --basetemp DIR`` to choose where); its tail is shown when the server
+fails to start or does not exit cleanly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "skade"
+
+HEALTH_TIMEOUT_S = 60.0
+TERM_TIMEOUT_S = 20.0
+LOG_TAIL_LINES = 60
+
+
+@dataclasses.dataclass(frozen=True)
+class SkadeServer:
+    """A running ``skade serve`` process, as seen by the tests."""
+
+    flight_uri: str
+    """``grpc://127.0.0.1:<port>``, for ``pyarrow.flight.FlightClient``."""
+    metrics_url: str
+    """``http://127.0.0.1:<port>`` (serves ``/healthz``, ``/metrics``, Iceberg REST)."""
+    data_dir: Path
+    """The server's ``--data-dir`` (holds ``catalog.redb`` and ``warehouse/``)."""
+    log_path: Path
+    """Where the server's stdout and stderr go."""
+    process: subprocess.Popen
+
+    @property
+    def warehouse(self) -> Path:
+        return self.data_dir / "warehouse"
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return log_tail(self.log_path, lines)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        return f"<no log at {path}: {e}>"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(tail) if tail else "<log is empty>"
+
+
+def free_tcp_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1 (bind port 0, read it, close).
+
+    All sockets stay open until every port has been read, so the ports differ.
+    There is an unavoidable race between closing here and the server binding.
+    """
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# Loopback only: never route the health check through an http(s)_proxy from the env.
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _healthz_ok(url: str) -> bool:
+    try:
+        with _NO_PROXY_OPENER.open(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM, wait up to TERM_TIMEOUT_S, then SIGKILL. Returns the exit code."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=TERM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return proc.returncode
+
+
+@pytest.fixture(scope="session")
+def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
+    """Start ``skade serve`` on free loopback ports with a fresh data dir."""
+    binary = Path(os.environ.get("SKADE_BIN", str(DEFAULT_BIN)))
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        pytest.fail(
+            f"skade binary not found or not executable: {binary} "
+            "(build it with `cargo build` or set SKADE_BIN)",
+            pytrace=False,
+        )
+
+    base = tmp_path_factory.mktemp("skade")
+    data_dir = base / "data"
+    data_dir.mkdir()
+    log_path = base / "skade.log"
+    flight_port, metrics_port = free_tcp_ports(2)
+
+    cmd = [
+        str(binary),
+        "serve",
+        "--data-dir",
+        str(data_dir),
+        "--flight-addr",
+        f"127.0.0.1:{flight_port}",
+        "--metrics-addr",
+        f"127.0.0.1:{metrics_port}",
+    ]
+    with open(log_path, "wb") as log:
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=base,
+        )
+
+    server = SkadeServer(
+        flight_uri=f"grpc://127.0.0.1:{flight_port}",
+        metrics_url=f"http://127.0.0.1:{metrics_port}",
+        data_dir=data_dir,
+        log_path=log_path,
+        process=proc,
+    )
+
+    health_url = f"{server.metrics_url}/healthz"
+    deadline = time.monotonic() + HEALTH_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"skade exited with code {proc.returncode} before {health_url} "
+                f"answered 200; log tail ({log_path}):\n{server.log_tail()}",
+                pytrace=False,
+            )
+        if _healthz_ok(health_url):
+            break
+        if time.monotonic() > deadline:
+            _stop(proc)
+            pytest.fail(
+                f"{health_url} did not answer 200 within {HEALTH_TIMEOUT_S:.0f}s; "
+                f"log tail ({log_path}):\n{server.log_tail()}",
+                pytrace=False,
+            )
+        time.sleep(0.1)
+
+    try:
+        yield server
+    finally:
+        rc = _stop(proc)
+    # The contract: SIGTERM -> stop accepting, finish in-flight streams, exit 0.
+    if rc != 0:
+        pytest.fail(
+            f"skade did not exit 0 after SIGTERM (exit code {rc}); "
+            f"log tail ({log_path}):\n{server.log_tail()}",
+            pytrace=False,
+        )
