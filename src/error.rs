@@ -36,11 +36,11 @@ pub enum Error {
         table: String,
         /// The catalog's error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// The transport reported an error (e.g. a message over the size limit).
     #[error("{0}")]
-    Transport(Status),
+    Transport(Box<Status>),
 }
 
 impl From<WriteError> for Error {
@@ -50,6 +50,14 @@ impl From<WriteError> for Error {
 }
 
 impl Error {
+    /// A catalog failure concerning `table` (a table identifier or namespace).
+    pub fn catalog(table: &impl std::fmt::Display, source: iceberg::Error) -> Self {
+        Self::Catalog {
+            table: table.to_string(),
+            source: Box::new(source),
+        }
+    }
+
     /// The gRPC status for this error: InvalidArgument (bad names, schema, data),
     /// NotFound, AlreadyExists, Aborted (conflict after retries), Unavailable (storage),
     /// Internal (the rest). The message is the error's `Display`.
@@ -68,7 +76,7 @@ impl Error {
                 WriteError::Task { .. } => Code::Internal,
             },
             Error::Catalog { source, .. } => iceberg_code(source),
-            Error::Transport(status) => return status.clone(),
+            Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, self.to_string())
     }
@@ -94,9 +102,13 @@ mod tests {
     use super::*;
 
     /// The error travels inside every `Result` of the put path; keep it small.
-    /// RED once: with `WriteError` unboxed in `Error::Write` this measured 136 bytes.
+    /// RED once: with `Status` and `iceberg::Error` unboxed this measured 136 bytes.
     #[test]
     fn error_stays_small() {
-        assert!(std::mem::size_of::<Error>() <= 128, "{}", std::mem::size_of::<Error>());
+        assert!(
+            std::mem::size_of::<Error>() <= 128,
+            "{}",
+            std::mem::size_of::<Error>()
+        );
     }
 }

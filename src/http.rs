@@ -20,7 +20,10 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
 
 async fn render_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         metrics.render(),
     )
 }

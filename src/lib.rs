@@ -38,7 +38,9 @@ use metrics::Metrics;
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The catalog could not be opened — most often another skade holds its lock.
-    #[error("cannot open the catalog {path}: {source} (is another skade running on this data dir?)")]
+    #[error(
+        "cannot open the catalog {path}: {source} (is another skade running on this data dir?)"
+    )]
     Catalog {
         /// The `catalog.redb` path.
         path: PathBuf,
@@ -163,9 +165,10 @@ fn local_addr(
     listener: &tokio::net::TcpListener,
     asked: SocketAddr,
 ) -> Result<SocketAddr, StartError> {
-    listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr: asked, source })
+    listener.local_addr().map_err(|source| StartError::Bind {
+        addr: asked,
+        source,
+    })
 }
 
 /// Runs the service until `shutdown` resolves, then stops cleanly.

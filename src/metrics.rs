@@ -62,14 +62,22 @@ impl Metrics {
         let registry = Registry::new();
         let counter_vec = |name: &str, help: &str, label: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric");
-            registry.register(Box::new(c.clone())).expect("unique metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
             c
         };
         let rows_committed = counter_vec(ROWS_COMMITTED_TOTAL, "Rows made visible.", "table");
-        let data_files_committed =
-            counter_vec(DATA_FILES_COMMITTED_TOTAL, "Data files made visible.", "table");
-        let bytes_committed =
-            counter_vec(BYTES_COMMITTED_TOTAL, "Parquet bytes made visible.", "table");
+        let data_files_committed = counter_vec(
+            DATA_FILES_COMMITTED_TOTAL,
+            "Data files made visible.",
+            "table",
+        );
+        let bytes_committed = counter_vec(
+            BYTES_COMMITTED_TOTAL,
+            "Parquet bytes made visible.",
+            "table",
+        );
         let ingest_errors = counter_vec(INGEST_ERRORS_TOTAL, "Failed puts and commits.", "code");
         let catalog_commits = IntCounter::new(
             CATALOG_COMMITS_TOTAL,
@@ -81,7 +89,9 @@ impl Metrics {
             .expect("unique metric");
         let commit_duration = HistogramVec::new(
             HistogramOpts::new(COMMIT_DURATION_SECONDS, "Seconds of one catalog commit.").buckets(
-                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
+                vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ],
             ),
             &["lane"],
         )
@@ -91,7 +101,9 @@ impl Metrics {
             .expect("unique metric");
         let gauge = |name: &str, help: &str| {
             let g = IntGauge::new(name, help).expect("valid metric");
-            registry.register(Box::new(g.clone())).expect("unique metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
             g
         };
         let put_streams_active = gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams.");
@@ -110,13 +122,25 @@ impl Metrics {
     }
 
     /// Records one successful commit of `stats` to `table` on `lane`.
-    pub fn record_commit(&self, lane: &str, table: &str, stats: &crate::write::IngestStats, seconds: f64) {
-        self.commit_duration.with_label_values(&[lane]).observe(seconds);
-        self.rows_committed.with_label_values(&[table]).inc_by(stats.rows);
+    pub fn record_commit(
+        &self,
+        lane: &str,
+        table: &str,
+        stats: &crate::write::IngestStats,
+        seconds: f64,
+    ) {
+        self.commit_duration
+            .with_label_values(&[lane])
+            .observe(seconds);
+        self.rows_committed
+            .with_label_values(&[table])
+            .inc_by(stats.rows);
         self.data_files_committed
             .with_label_values(&[table])
             .inc_by(stats.files);
-        self.bytes_committed.with_label_values(&[table]).inc_by(stats.bytes);
+        self.bytes_committed
+            .with_label_values(&[table])
+            .inc_by(stats.bytes);
     }
 
     /// The Prometheus text exposition of every metric.

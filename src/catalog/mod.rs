@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use iceberg::io::FileIO;
 use iceberg::Runtime;
+use iceberg::io::FileIO;
 use iceberg::spec::{TableMetadata, TableMetadataBuilder};
 use iceberg::table::Table;
 use iceberg::{
@@ -87,7 +87,8 @@ impl RedbCatalog {
     /// acquire lock.") when another process holds the file, or any I/O error of creating
     /// the warehouse or the file.
     pub fn open(catalog_path: &Path, warehouse: &Path) -> Result<Self> {
-        std::fs::create_dir_all(warehouse).map_err(|e| io_error("create warehouse", warehouse, e))?;
+        std::fs::create_dir_all(warehouse)
+            .map_err(|e| io_error("create warehouse", warehouse, e))?;
         let warehouse = std::fs::canonicalize(warehouse)
             .map_err(|e| io_error("resolve warehouse", warehouse, e))?;
         let db = Database::create(catalog_path).map_err(|e| {
@@ -324,7 +325,10 @@ impl RedbCatalog {
 
 #[async_trait]
 impl Catalog for RedbCatalog {
-    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> Result<Vec<NamespaceIdent>> {
         if let Some(parent) = parent {
             if !self.namespace_exists(parent).await? {
                 return Err(namespace_not_found(parent));
@@ -364,7 +368,11 @@ impl Catalog for RedbCatalog {
                 ));
             }
             if let Some(parent) = parent {
-                if namespaces.get(parent.as_str()).map_err(redb_error)?.is_none() {
+                if namespaces
+                    .get(parent.as_str())
+                    .map_err(redb_error)?
+                    .is_none()
+                {
                     return Err(Error::new(
                         ErrorKind::NamespaceNotFound,
                         format!("parent of namespace {} does not exist", ns.join(".")),
@@ -490,7 +498,11 @@ impl Catalog for RedbCatalog {
     /// # Errors
     /// `NamespaceNotFound`, `TableAlreadyExists`, or iceberg's error for an invalid
     /// creation.
-    async fn create_table(&self, namespace: &NamespaceIdent, creation: TableCreation) -> Result<Table> {
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> Result<Table> {
         if !self.namespace_exists(namespace).await? {
             return Err(namespace_not_found(namespace));
         }
@@ -517,7 +529,8 @@ impl Catalog for RedbCatalog {
         let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
         metadata.write_to(&self.file_io, &metadata_location).await?;
         let metadata_location = metadata_location.to_string();
-        self.insert_pointer(&ident, metadata_location.clone()).await?;
+        self.insert_pointer(&ident, metadata_location.clone())
+            .await?;
         self.table_handle(ident, metadata_location, metadata)
     }
 
@@ -587,7 +600,8 @@ impl Catalog for RedbCatalog {
             return Err(namespace_not_found(ident.namespace()));
         }
         let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
-        self.insert_pointer(ident, metadata_location.clone()).await?;
+        self.insert_pointer(ident, metadata_location.clone())
+            .await?;
         self.table_handle(ident.clone(), metadata_location, metadata)
     }
 
@@ -603,7 +617,9 @@ impl Catalog for RedbCatalog {
             .prepare_commit(&ident, commit.take_requirements(), commit.take_updates())
             .await?;
         let mut tables = self.release(vec![prepared]).await?;
-        tables.pop().ok_or_else(|| Error::new(ErrorKind::Unexpected, "release returned no table"))
+        tables
+            .pop()
+            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "release returned no table"))
     }
 }
 
@@ -670,7 +686,11 @@ fn redb_error(e: impl Into<redb::Error>) -> Error {
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::new(ErrorKind::Unexpected, format!("{what} {}: {e}", path.display())).with_source(e)
+    Error::new(
+        ErrorKind::Unexpected,
+        format!("{what} {}: {e}", path.display()),
+    )
+    .with_source(e)
 }
 
 fn namespace_not_found(ns: &NamespaceIdent) -> Error {
@@ -681,9 +701,15 @@ fn namespace_not_found(ns: &NamespaceIdent) -> Error {
 }
 
 fn table_not_found(ident: &TableIdent) -> Error {
-    Error::new(ErrorKind::TableNotFound, format!("table {ident} does not exist"))
+    Error::new(
+        ErrorKind::TableNotFound,
+        format!("table {ident} does not exist"),
+    )
 }
 
 fn table_exists(ident: &TableIdent) -> Error {
-    Error::new(ErrorKind::TableAlreadyExists, format!("table {ident} already exists"))
+    Error::new(
+        ErrorKind::TableAlreadyExists,
+        format!("table {ident} already exists"),
+    )
 }

@@ -151,7 +151,8 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let ident = names::table_from_ticket(&request.get_ref().ticket).map_err(Error::into_status)?;
+        let ident =
+            names::table_from_ticket(&request.get_ref().ticket).map_err(Error::into_status)?;
         let stream = read::do_get(&self.svc, &ident)
             .await
             .map_err(Error::into_status)?;
@@ -171,7 +172,7 @@ impl FlightService for SkadeFlight {
                         .to_string(),
                 }));
             }
-            Err(status) => return Err(self.fail(Error::Transport(status))),
+            Err(status) => return Err(self.fail(Error::Transport(Box::new(status)))),
         };
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
         let ident = path_table(&descriptor).map_err(|e| self.fail(e))?;

@@ -98,7 +98,14 @@ mod tests {
 
     #[test]
     fn bad_elements_are_rejected() {
-        for bad in [&["a", ".."][..], &["a/b"], &[""], &["x\0"], &["ns", "bad name"], &[]] {
+        for bad in [
+            &["a", ".."][..],
+            &["a/b"],
+            &[""],
+            &["x\0"],
+            &["ns", "bad name"],
+            &[],
+        ] {
             assert!(
                 matches!(table_from_path(&path(bad)), Err(Error::BadName { .. })),
                 "{bad:?} was accepted"

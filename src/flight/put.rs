@@ -144,10 +144,7 @@ impl Put<'_> {
         self.svc
             .metrics
             .record_commit(LANE_STREAM, &name, &committed, seconds);
-        self.snapshot_id = table
-            .metadata()
-            .current_snapshot_id()
-            .unwrap_or_default();
+        self.snapshot_id = table.metadata().current_snapshot_id().unwrap_or_default();
         self.stats.rows += committed.rows;
         self.stats.files += committed.files;
         self.stats.bytes += committed.bytes;
@@ -198,12 +195,12 @@ fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
         FlightError::Tonic(status)
             if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
         {
-            Error::Transport(Status::resource_exhausted(format!(
+            Error::Transport(Box::new(Status::resource_exhausted(format!(
                 "a message exceeds the server's limit of {limit_bytes} bytes (--max-message-size): {}",
                 status.message()
-            )))
+            ))))
         }
-        FlightError::Tonic(status) => Error::Transport(*status),
+        FlightError::Tonic(status) => Error::Transport(status),
         other => Error::Decode {
             reason: other.to_string(),
         },

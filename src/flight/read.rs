@@ -42,9 +42,11 @@ fn info_of(table: &Table) -> Result<FlightInfo, Error> {
     };
     let info = FlightInfo::new()
         .try_with_schema(&schema)
-        .map_err(|e| Error::Catalog {
-            table: ident.to_string(),
-            source: iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()),
+        .map_err(|e| {
+            Error::catalog(
+                ident,
+                iceberg::Error::new(iceberg::ErrorKind::Unexpected, e.to_string()),
+            )
         })?
         .with_descriptor(FlightDescriptor::new_path(names::path_of(ident)))
         .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(names::ticket_of(ident))))
@@ -60,10 +62,7 @@ fn info_of(table: &Table) -> Result<FlightInfo, Error> {
 pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStream, Error> {
     let table = load(svc, ident).await?;
     let schema = write::table_arrow_schema(&table)?;
-    let catalog_err = |source: iceberg::Error| Error::Catalog {
-        table: ident.to_string(),
-        source,
-    };
+    let catalog_err = |source: iceberg::Error| Error::catalog(ident, source);
     let batches = table
         .scan()
         .build()
@@ -88,10 +87,7 @@ pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStre
 /// Catalog failures while listing.
 pub(crate) async fn list(svc: &Service) -> Result<Vec<FlightInfo>, Error> {
     let catalog: &dyn Catalog = svc.catalog.as_ref();
-    let err = |source: iceberg::Error| Error::Catalog {
-        table: "*".to_string(),
-        source,
-    };
+    let err = |source: iceberg::Error| Error::catalog(&"*", source);
     let mut pending: Vec<NamespaceIdent> = catalog.list_namespaces(None).await.map_err(err)?;
     let mut infos = Vec::new();
     while let Some(ns) = pending.pop() {
@@ -108,10 +104,7 @@ async fn load(svc: &Service, ident: &TableIdent) -> Result<Table, Error> {
     svc.catalog
         .load_table(ident)
         .await
-        .map_err(|source| Error::Catalog {
-            table: ident.to_string(),
-            source,
-        })
+        .map_err(|source| Error::catalog(ident, source))
 }
 
 /// Boxes a ready-made stream of Flight infos.

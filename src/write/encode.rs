@@ -83,7 +83,9 @@ pub fn writer_properties(table: &Table) -> Result<WriterProperties, WriteError> 
         .unwrap_or_else(|| "zstd".to_string());
     let compression = match codec.as_str() {
         "zstd" => Compression::ZSTD(match level {
-            Some(l) => ZstdLevel::try_new(l).map_err(|e| bad(format!("{COMPRESSION_LEVEL}: {e}")))?,
+            Some(l) => {
+                ZstdLevel::try_new(l).map_err(|e| bad(format!("{COMPRESSION_LEVEL}: {e}")))?
+            }
             None => ZstdLevel::default(),
         }),
         "snappy" => Compression::SNAPPY,
@@ -124,10 +126,7 @@ pub fn encode_groups(
         .into_par_iter()
         .map(|group| encode_one(table, &props, &schema, group))
         .collect();
-    encoded
-        .into_iter()
-        .filter_map(Result::transpose)
-        .collect()
+    encoded.into_iter().filter_map(Result::transpose).collect()
 }
 
 fn encode_one(
@@ -164,7 +163,12 @@ fn encode_one(
                 "parquet writer produced no data file",
             ))
         })?;
-        let bytes = memory.new_input(path).map_err(wrap)?.read().await.map_err(wrap)?;
+        let bytes = memory
+            .new_input(path)
+            .map_err(wrap)?
+            .read()
+            .await
+            .map_err(wrap)?;
         Ok(Some(EncodedFile {
             bytes,
             data_file,

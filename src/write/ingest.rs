@@ -7,8 +7,8 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
-use super::encode::{EncodedFile, WriteProps, encode_groups};
 use super::WriteError;
+use super::encode::{EncodedFile, WriteProps, encode_groups};
 
 /// What an ingest made visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -41,7 +41,10 @@ impl IngestStats {
 ///
 /// # Cancel safety
 /// Dropping the future does not stop an encode already running; its result is discarded.
-pub async fn encode(table: &Table, groups: Vec<Vec<RecordBatch>>) -> Result<Vec<EncodedFile>, WriteError> {
+pub async fn encode(
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+) -> Result<Vec<EncodedFile>, WriteError> {
     let owned = table.clone();
     tokio::task::spawn_blocking(move || encode_groups(&owned, groups))
         .await
@@ -70,7 +73,11 @@ pub async fn write_files(
     props: &WriteProps,
 ) -> Result<Vec<DataFile>, WriteError> {
     let write_id = uuid::Uuid::new_v4();
-    let location = table.metadata().location().trim_end_matches('/').to_string();
+    let location = table
+        .metadata()
+        .location()
+        .trim_end_matches('/')
+        .to_string();
     let spec_id = table.metadata().default_partition_spec_id();
     let ident = table.identifier().to_string();
     futures::stream::iter(encoded.into_iter().enumerate())
@@ -87,15 +94,17 @@ pub async fn write_files(
                 let output = file_io.new_output(&path).map_err(storage)?;
                 let bytes = file.bytes;
                 // Local storage writes with blocking std::fs calls: keep them off the runtime.
-                tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
-                    .await
-                    .map_err(|e| {
-                        storage(iceberg::Error::new(
-                            iceberg::ErrorKind::Unexpected,
-                            format!("write task failed: {e}"),
-                        ))
-                    })?
-                    .map_err(storage)?;
+                tokio::task::spawn_blocking(move || {
+                    futures::executor::block_on(output.write(bytes))
+                })
+                .await
+                .map_err(|e| {
+                    storage(iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        format!("write task failed: {e}"),
+                    ))
+                })?
+                .map_err(storage)?;
                 let mut builder = file.data_file;
                 builder.file_path(path.clone()).partition_spec_id(spec_id);
                 builder.build().map_err(|e| {

@@ -61,9 +61,7 @@ fn normalize_type(data_type: &DataType) -> DataType {
         DataType::Dictionary(_, value) => normalize_type(value),
         DataType::List(f) => DataType::List(normalize_field(f)),
         DataType::LargeList(f) => DataType::LargeList(normalize_field(f)),
-        DataType::Struct(fields) => {
-            DataType::Struct(fields.iter().map(normalize_field).collect())
-        }
+        DataType::Struct(fields) => DataType::Struct(fields.iter().map(normalize_field).collect()),
         DataType::Map(f, sorted) => DataType::Map(normalize_field(f), *sorted),
         other => other.clone(),
     }

@@ -1,0 +1,268 @@
+//! Shared test fixture: a real skade server on 127.0.0.1:0 with a temp data dir, a real
+//! Flight client, and helpers to build and read batches.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::{FlightClient, FlightDescriptor, PutResult};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use futures::{StreamExt, TryStreamExt};
+use prost::Message;
+use skade::config::Config;
+use skade::proto::CommitAck;
+use skade::{Running, start};
+use tonic::transport::Channel;
+
+/// A running server and the temp dir it owns. Stop it with [`TestServer::stop`].
+pub struct TestServer {
+    pub running: Running,
+    pub dir: Arc<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// Starts a server with the default config on a fresh temp dir.
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// Starts a server on a fresh temp dir after `tune` adjusts the config.
+    pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Self {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        Self::start_in(dir, tune).await
+    }
+
+    /// Starts a server on an existing dir (a restart).
+    pub async fn start_in(dir: Arc<tempfile::TempDir>, tune: impl FnOnce(&mut Config)) -> Self {
+        let mut config = Config::for_tests(dir.path());
+        tune(&mut config);
+        let running = start(config).await.expect("server starts");
+        Self { running, dir }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn warehouse(&self) -> PathBuf {
+        self.dir.path().join("warehouse")
+    }
+
+    /// A Flight client connected to this server.
+    pub async fn client(&self) -> FlightClient {
+        let channel = Channel::from_shared(format!("http://{}", self.running.flight_addr))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect");
+        FlightClient::new(channel)
+    }
+
+    /// GETs `path` on the metrics address and returns the body.
+    pub async fn http_get(&self, path: &str) -> (u16, String) {
+        http_get(self.running.metrics_addr, path).await
+    }
+
+    /// Shuts the server down and returns the temp dir for a restart.
+    pub async fn stop(self) -> Arc<tempfile::TempDir> {
+        self.running
+            .shutdown_and_wait()
+            .await
+            .expect("clean shutdown");
+        self.dir
+    }
+}
+
+/// A minimal HTTP/1.0 GET over a TCP stream.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect http");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The value of an unlabelled metric line `name value` in a Prometheus text body.
+pub fn metric(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|line| {
+            let (n, v) = line.split_once(' ')?;
+            (n == name).then(|| v.trim().parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The synthetic schema: id int64, ts timestamp[us, UTC], score float64, name utf8,
+/// flag bool (nullable).
+pub fn synthetic_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("score", DataType::Float64, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("flag", DataType::Boolean, true),
+    ]))
+}
+
+/// `rows` synthetic rows with ids starting at `first_id`; every 20th flag is null.
+pub fn synthetic_batch(first_id: i64, rows: usize) -> RecordBatch {
+    let ids: Vec<i64> = (first_id..first_id + rows as i64).collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                ids.iter()
+                    .map(|i| 1_700_000_000_000_000 + i * 1_000)
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(Float64Array::from(
+            ids.iter().map(|i| (*i as f64) * 0.5).collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            ids.iter()
+                .map(|i| format!("name-{:04}", i % 1000))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(BooleanArray::from(
+            ids.iter()
+                .map(|i| (i % 20 != 0).then_some(i % 2 == 0))
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    RecordBatch::try_new(synthetic_schema(), columns).expect("batch")
+}
+
+/// Pushes `batches` to `path` with DoPut; returns the decoded acks in order.
+pub async fn put(
+    client: &mut FlightClient,
+    path: &[&str],
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<CommitAck>, arrow_flight::error::FlightError> {
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .unwrap_or_else(synthetic_schema);
+    put_with_schema(client, path, schema, batches).await
+}
+
+/// Pushes `batches` (possibly none) with an explicit schema.
+pub async fn put_with_schema(
+    client: &mut FlightClient,
+    path: &[&str],
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<CommitAck>, arrow_flight::error::FlightError> {
+    let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_flight_descriptor(Some(descriptor))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)));
+    let results: Vec<PutResult> = client.do_put(stream).await?.try_collect().await?;
+    Ok(results
+        .iter()
+        .map(|r| CommitAck::decode(r.app_metadata.clone()).expect("CommitAck"))
+        .collect())
+}
+
+/// Reads a table back through GetFlightInfo + DoGet.
+pub async fn get(client: &mut FlightClient, path: &[&str]) -> Vec<RecordBatch> {
+    let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
+    let info = client
+        .get_flight_info(descriptor)
+        .await
+        .expect("flight info");
+    let ticket = info.endpoint[0].ticket.clone().expect("ticket");
+    let stream: FlightRecordBatchStream = client.do_get(ticket).await.expect("do_get");
+    stream.try_collect().await.expect("batches")
+}
+
+/// Concatenates batches and drops schema metadata, for row-by-row comparison.
+pub fn rows_of(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    for batch in batches {
+        for row in 0..batch.num_rows() {
+            let cells: Vec<String> = batch
+                .columns()
+                .iter()
+                .map(|c| {
+                    // "UTC" and "+00:00" name the same zone; format both as the offset.
+                    let c = match c.data_type() {
+                        DataType::Timestamp(unit, Some(_)) => {
+                            arrow_cast::cast(c, &DataType::Timestamp(*unit, Some("+00:00".into())))
+                                .expect("cast")
+                        }
+                        _ => c.clone(),
+                    };
+                    arrow_cast::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())
+                        .expect("formatter")
+                        .value(row)
+                        .to_string()
+                })
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out
+}
+
+/// Row count over batches.
+pub fn count(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
+}
+
+/// Every `*.parquet` file under `dir`.
+pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "parquet") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Awaits `f` with a timeout so a hang fails the test instead of blocking CI.
+pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(secs), f)
+        .await
+        .expect("timed out")
+}
+
+pub use futures::StreamExt as _;
+pub fn _unused() {
+    let _ = StreamExt::boxed(futures::stream::empty::<()>());
+}
