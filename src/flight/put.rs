@@ -26,7 +26,7 @@ use super::Service;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
-use crate::write::{self, IngestStats, WriteProps};
+use crate::write::{self, FileNames, IngestStats, WriteProps};
 
 /// Sends acks back to the client.
 pub(crate) type AckSender = mpsc::Sender<Result<PutResult, Status>>;
@@ -39,6 +39,7 @@ struct Put<'a> {
     group: Vec<RecordBatch>,
     group_bytes: u64,
     pending: Vec<DataFile>,
+    names: FileNames,
     stats: IngestStats,
     snapshot_id: i64,
     acks: AckSender,
@@ -62,6 +63,7 @@ pub(crate) async fn run(
         group: Vec::new(),
         group_bytes: 0,
         pending: Vec::new(),
+        names: FileNames::new(),
         stats: IngestStats::default(),
         snapshot_id: 0,
         acks,
@@ -98,7 +100,7 @@ impl Put<'_> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.group_bytes += batch.get_array_memory_size() as u64;
+        self.group_bytes += batch_bytes(&batch);
         self.group.push(batch);
         if self.group_bytes >= self.svc.config.target_file_size {
             self.flush_group().await?;
@@ -120,7 +122,7 @@ impl Put<'_> {
         let props = WriteProps {
             channel_depth: self.svc.config.channel_depth.get(),
         };
-        let files = write::write_files(table, encoded, &props).await?;
+        let files = write::write_files(table, encoded, &mut self.names, &props).await?;
         self.pending.extend(files);
         Ok(())
     }
@@ -186,6 +188,16 @@ impl Put<'_> {
         self.ack(true).await?;
         Ok(self.stats)
     }
+}
+
+/// The bytes `batch`'s rows occupy. Unlike `get_array_memory_size`, this does not count a
+/// shared IPC message buffer once per column that slices it.
+fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 /// Maps a decode-side Flight error to skade's error; a message over the size limit

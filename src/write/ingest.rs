@@ -54,9 +54,46 @@ pub async fn encode(
         })?
 }
 
-/// Writes `encoded` files under `<table location>/data/` as
-/// `<write_id>-<seq:08>.parquet` (`seq` = position in `encoded`), at most
-/// `props.channel_depth` at once, and returns their `DataFile`s in input order.
+/// Names the data files of one ingest: `<write_id>-<seq:08>.parquet`, where `write_id`
+/// is a time-ordered UUID (v7) and `seq` counts the ingest's files from 0. Sorting a
+/// table's data file paths therefore gives the order sequential ingests wrote them in,
+/// which is the order `DoGet` reads them back in.
+#[derive(Debug, Clone)]
+pub struct FileNames {
+    write_id: uuid::Uuid,
+    next_seq: u64,
+}
+
+impl FileNames {
+    /// A fresh sequence for one ingest.
+    pub fn new() -> Self {
+        Self {
+            write_id: uuid::Uuid::now_v7(),
+            next_seq: 0,
+        }
+    }
+
+    /// The path of the next data file of `table`.
+    pub fn next_path(&mut self, table: &Table) -> String {
+        let location = table.metadata().location().trim_end_matches('/');
+        let path = format!(
+            "{location}/data/{}-{:08}.parquet",
+            self.write_id, self.next_seq
+        );
+        self.next_seq += 1;
+        path
+    }
+}
+
+impl Default for FileNames {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Writes `encoded` files under `<table location>/data/`, named by `names` in input
+/// order, at most `props.channel_depth` at once, and returns their `DataFile`s in input
+/// order.
 ///
 /// The bytes are not fsynced here: the commit that references them syncs the warehouse
 /// before its pointer flip (see `catalog::durable`).
@@ -70,19 +107,17 @@ pub async fn encode(
 pub async fn write_files(
     table: &Table,
     encoded: Vec<EncodedFile>,
+    names: &mut FileNames,
     props: &WriteProps,
 ) -> Result<Vec<DataFile>, WriteError> {
-    let write_id = uuid::Uuid::new_v4();
-    let location = table
-        .metadata()
-        .location()
-        .trim_end_matches('/')
-        .to_string();
     let spec_id = table.metadata().default_partition_spec_id();
     let ident = table.identifier().to_string();
-    futures::stream::iter(encoded.into_iter().enumerate())
-        .map(|(seq, file)| {
-            let path = format!("{location}/data/{write_id}-{seq:08}.parquet");
+    let named: Vec<(String, EncodedFile)> = encoded
+        .into_iter()
+        .map(|file| (names.next_path(table), file))
+        .collect();
+    futures::stream::iter(named)
+        .map(|(path, file)| {
             let file_io = table.file_io().clone();
             let ident = ident.clone();
             async move {
@@ -159,7 +194,7 @@ pub async fn ingest_parallel(
     props: &WriteProps,
 ) -> Result<(Table, IngestStats), WriteError> {
     let encoded = encode(table, groups).await?;
-    let files = write_files(table, encoded, props).await?;
+    let files = write_files(table, encoded, &mut FileNames::new(), props).await?;
     let mut stats = IngestStats::default();
     if files.is_empty() {
         return Ok((table.clone(), stats));

@@ -11,7 +11,9 @@ pub mod schema;
 pub mod stage;
 
 pub use encode::{EncodedFile, WriteProps, encode_groups};
-pub use ingest::{IngestStats, append, commit_files, encode, ingest_parallel, write_files};
+pub use ingest::{
+    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, write_files,
+};
 pub use schema::{conform_batch, ensure_table, iceberg_schema_for, table_arrow_schema};
 pub use stage::stage_fast_append;
 
