@@ -44,9 +44,14 @@ async fn files(table: &Table, first_id: i64, rows: usize) -> Vec<iceberg::spec::
     let arrow = write::table_arrow_schema(table).unwrap();
     let batch = write::conform_batch("t", &synthetic_batch(first_id, rows), &arrow).unwrap();
     let encoded = write::encode(table, vec![vec![batch]]).await.unwrap();
-    write::write_files(table, encoded, &WriteProps::default())
-        .await
-        .unwrap()
+    write::write_files(
+        table,
+        encoded,
+        &mut write::FileNames::new(),
+        &WriteProps::default(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn row_count(catalog: &RedbCatalog, name: &str) -> usize {

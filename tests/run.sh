@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust unit and integration tests, then the Python interop suite
+# (pyarrow.flight client, pyiceberg reader) against the real `skade` binary.
+# Creates the Python venv at .venv on first use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
+
+cargo build --locked
+cargo test --locked
+SKADE_BIN="$PWD/target/debug/skade" .venv/bin/pytest tests/interop -q
