@@ -63,6 +63,11 @@ pub struct IngestConfig {
     #[arg(long, env = "SKADE_CHANNEL_DEPTH", default_value = "4")]
     pub channel_depth: NonZeroUsize,
 
+    /// Arrow bytes of rows in flight (read but not yet written as data files) that all
+    /// streams together may hold (e.g. `2GiB`); past it the server stops reading.
+    #[arg(long, env = "SKADE_MEMORY_BUDGET", default_value = "2GiB", value_parser = parse_bytes)]
+    pub memory_budget: u64,
+
     /// Largest gRPC message accepted or sent (e.g. `64MiB`); larger ones get
     /// `ResourceExhausted`.
     #[arg(long, env = "SKADE_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]

@@ -114,6 +114,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         catalog: Arc::new(catalog),
         metrics: metrics.clone(),
         config: config.ingest.clone(),
+        budget: write::MemoryBudget::new(config.ingest.memory_budget),
     });
 
     let bind = |addr: SocketAddr| async move {

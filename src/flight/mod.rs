@@ -17,7 +17,7 @@ use arrow_flight::{
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
@@ -25,6 +25,7 @@ use crate::catalog::RedbCatalog;
 use crate::config::IngestConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::write::MemoryBudget;
 
 /// What every RPC shares: the catalog, the metrics and the ingest settings.
 #[derive(Debug)]
@@ -35,6 +36,8 @@ pub struct Service {
     pub metrics: Metrics,
     /// How puts are cut into files and commits.
     pub config: IngestConfig,
+    /// The memory budget all streams share for rows in flight.
+    pub budget: MemoryBudget,
 }
 
 /// The tonic `FlightService` over a shared [`Service`].
@@ -180,7 +183,7 @@ impl FlightService for SkadeFlight {
             .chain(input)
             .map_err(|status| FlightError::Tonic(Box::new(status)));
         let batches = FlightRecordBatchStream::new_from_flight_data(data);
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
         let span = info_span!("do_put", table = %ident);
         self.svc.metrics.put_streams_active.inc();
@@ -190,12 +193,12 @@ impl FlightService for SkadeFlight {
                 let _guard = guard;
                 if let Err(e) = put::run(&this.svc, ident, batches, tx.clone()).await {
                     warn!(error = %e, "put failed");
-                    let _ = tx.send(Err(this.fail(e))).await;
+                    let _ = tx.send(Err(this.fail(e)));
                 }
             }
             .instrument(span),
         );
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
 
     async fn do_exchange(

@@ -1,12 +1,19 @@
 //! Lane 1, streaming put: a `DoPut` stream on a `PATH` descriptor appended to one table.
 //!
-//! Batches are conformed to the table's schema and gathered into groups of about
-//! `target-file-size` in-memory bytes; each full group is encoded on all cores and written
-//! as one data file; every `files-per-commit` files are committed as one snapshot, and the
-//! stream's end commits the rest. After each commit the client gets a `PutResult` whose
-//! `app_metadata` is a `skade.v1.CommitAck`; the stream ends with a final one.
-
-use std::time::Instant;
+//! The handler reads batches, conforms them to the table's schema, and gathers them into
+//! groups of about `target-file-size` Arrow bytes. Each full group goes to the overlapped
+//! pipeline (`write::run_overlapped`), which encodes and writes it while the stream is
+//! still arriving; its committer, beside the writer, commits every `files-per-commit`
+//! files. When rows have waited `commit-interval` the open group is cut and a commit is
+//! forced, so a slow stream becomes visible within the interval.
+//!
+//! Memory: each accepted batch holds a reservation on the server-wide
+//! [`MemoryBudget`](crate::write::MemoryBudget) until its data file is written; when the
+//! budget is spent the handler stops reading, and gRPC flow control slows the client.
+//!
+//! After each commit the client gets a `PutResult` whose `app_metadata` is a
+//! `skade.v1.CommitAck`; the stream ends with a final one. A failure ends the stream with
+//! a status; commits already acked stay, and nothing of the rest becomes visible.
 
 use arrow_array::RecordBatch;
 use arrow_flight::PutResult;
@@ -15,10 +22,10 @@ use arrow_flight::error::FlightError;
 use arrow_schema::SchemaRef;
 use futures::StreamExt;
 use iceberg::TableIdent;
-use iceberg::spec::DataFile;
-use iceberg::table::Table;
 use prost::Message;
 use tokio::sync::mpsc;
+use tokio::time::{Instant as Deadline, sleep_until};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status};
 use tracing::{debug, info};
 
@@ -26,167 +33,203 @@ use super::Service;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
-use crate::write::{self, FileNames, IngestStats, WriteProps};
+use crate::write::{self, CommitReport, IngestStats, Reservation, Segment, WriteError, WriteProps};
 
-/// Sends acks back to the client.
-pub(crate) type AckSender = mpsc::Sender<Result<PutResult, Status>>;
-
-/// The state of one streaming put.
-struct Put<'a> {
-    svc: &'a Service,
-    ident: TableIdent,
-    table: Option<(Table, SchemaRef)>,
-    group: Vec<RecordBatch>,
-    group_bytes: u64,
-    pending: Vec<DataFile>,
-    names: FileNames,
-    stats: IngestStats,
-    snapshot_id: i64,
-    acks: AckSender,
-}
+/// Sends acks back to the client. Unbounded: a client that reads acks only after it has
+/// sent everything (as pyarrow's examples do) must never stall the committer; acks are a
+/// few dozen bytes, one per commit.
+pub(crate) type AckSender = mpsc::UnboundedSender<Result<PutResult, Status>>;
 
 /// Runs one streaming put to the end: appends every batch of `batches` to `ident`.
 ///
 /// # Errors
 /// The first failure: a decode error, a schema mismatch naming the column, a storage or
 /// catalog failure. Commits already acked stay; nothing else of the stream is visible.
+///
+/// # Cancel safety
+/// Dropping the future cancels the put as a failure would.
 pub(crate) async fn run(
     svc: &Service,
     ident: TableIdent,
     mut batches: FlightRecordBatchStream,
     acks: AckSender,
 ) -> Result<IngestStats, Error> {
-    let mut put = Put {
+    let limit = svc.config.max_message_size;
+    let first = batches
+        .next()
+        .await
+        .transpose()
+        .map_err(|e| flight_error(e, limit))?;
+    let schema = match (&first, batches.schema()) {
+        (Some(batch), _) => batch.schema(),
+        (None, Some(schema)) => schema.clone(),
+        (None, None) => {
+            return Err(Error::BadRequest {
+                reason: "the DoPut stream carried no schema".to_string(),
+            });
+        }
+    };
+    let table = write::ensure_table(svc.catalog.as_ref(), &ident, &schema).await?;
+    let arrow = write::table_arrow_schema(&table)?;
+
+    let depth = svc.config.channel_depth.get();
+    let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
+    let mut reader = Reader {
         svc,
-        ident,
-        table: None,
+        table_name: ident.to_string(),
+        arrow,
         group: Vec::new(),
         group_bytes: 0,
-        pending: Vec::new(),
-        names: FileNames::new(),
-        stats: IngestStats::default(),
-        snapshot_id: 0,
-        acks,
+        reservation: Reservation::empty(),
+        deadline: None,
+        segments,
     };
-    while let Some(batch) = batches.next().await {
-        let batch = batch.map_err(|e| flight_error(e, svc.config.max_message_size))?;
-        put.push(batch).await?;
-    }
-    if put.table.is_none() {
-        if let Some(schema) = batches.schema().cloned() {
-            put.open_table(&schema).await?;
+    let read = async move {
+        if let Some(batch) = first {
+            reader.push(batch).await?;
         }
-    }
-    put.finish().await
-}
+        loop {
+            let deadline = reader.deadline;
+            tokio::select! {
+                next = batches.next() => match next {
+                    Some(batch) => reader.push(batch.map_err(|e| flight_error(e, limit))?).await?,
+                    None => break,
+                },
+                _ = sleep_until(deadline.unwrap_or_else(Deadline::now)), if deadline.is_some() => {
+                    reader.cut(true).await?;
+                }
+            }
+        }
+        reader.cut(false).await?;
+        Ok::<(), Error>(())
+        // `reader` drops here, closing the segment channel: the pipeline drains and
+        // commits the rest.
+    };
 
-impl Put<'_> {
-    async fn open_table(&mut self, schema: &SchemaRef) -> Result<(), Error> {
-        let table = write::ensure_table(self.svc.catalog.as_ref(), &self.ident, schema).await?;
-        let arrow = write::table_arrow_schema(&table)?;
-        self.table = Some((table, arrow));
-        Ok(())
-    }
-
-    async fn push(&mut self, batch: RecordBatch) -> Result<(), Error> {
-        if self.table.is_none() {
-            self.open_table(&batch.schema()).await?;
-        }
-        let Some((_, arrow)) = &self.table else {
-            unreachable!("open_table sets the table")
-        };
-        let batch = write::conform_batch(&self.ident.to_string(), &batch, arrow)?;
-        debug!(table = %self.ident, rows = batch.num_rows(), "batch");
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
-        self.group_bytes += batch_bytes(&batch);
-        self.group.push(batch);
-        if self.group_bytes >= self.svc.config.target_file_size {
-            self.flush_group().await?;
-        }
-        if self.pending.len() >= self.svc.config.files_per_commit.get() {
-            self.commit().await?;
-        }
-        Ok(())
-    }
-
-    /// Encodes and writes the open group as one data file.
-    async fn flush_group(&mut self) -> Result<(), Error> {
-        let Some((table, _)) = &self.table else {
-            return Ok(());
-        };
-        let group = std::mem::take(&mut self.group);
-        self.group_bytes = 0;
-        let encoded = write::encode(table, vec![group]).await?;
-        let props = WriteProps {
-            channel_depth: self.svc.config.channel_depth.get(),
-        };
-        let files = write::write_files(table, encoded, &mut self.names, &props).await?;
-        self.pending.extend(files);
-        Ok(())
-    }
-
-    /// Commits the written files as one snapshot and acks it.
-    async fn commit(&mut self) -> Result<(), Error> {
-        let Some((table, arrow)) = self.table.take() else {
-            return Ok(());
-        };
-        if self.pending.is_empty() {
-            self.table = Some((table, arrow));
-            return Ok(());
-        }
-        let files = std::mem::take(&mut self.pending);
-        let mut committed = IngestStats::default();
-        committed.add_commit(&files);
-        let started = Instant::now();
-        let table = write::commit_files(self.svc.catalog.as_ref(), &table, files).await?;
-        let seconds = started.elapsed().as_secs_f64();
-        let name = self.ident.to_string();
-        self.svc
-            .metrics
-            .record_commit(LANE_STREAM, &name, &committed, seconds);
-        self.snapshot_id = table.metadata().current_snapshot_id().unwrap_or_default();
-        self.stats.rows += committed.rows;
-        self.stats.files += committed.files;
-        self.stats.bytes += committed.bytes;
-        self.stats.commits += 1;
+    let props = WriteProps {
+        channel_depth: depth,
+    };
+    let name = ident.to_string();
+    let mut on_commit = |report: &CommitReport| {
+        let seconds = report.duration.as_secs_f64();
+        svc.metrics
+            .record_commit(LANE_STREAM, &name, &report.committed, seconds);
+        let snapshot_id = report.table.metadata().current_snapshot_id().unwrap_or(0);
         info!(
-            table = %self.ident,
-            snapshot_id = self.snapshot_id,
-            rows = committed.rows,
-            bytes = committed.bytes,
+            table = %name,
+            snapshot_id,
+            rows = report.committed.rows,
+            bytes = report.committed.bytes,
             seconds,
             "committed"
         );
-        self.table = Some((table, arrow));
-        self.ack(false).await
-    }
+        // A client that went away still gets its data committed.
+        let _ = acks.send(Ok(ack(&name, snapshot_id, &report.cumulative, false)));
+    };
+    let pipeline = async {
+        let result = write::run_overlapped(
+            svc.catalog.as_ref(),
+            &table,
+            ReceiverStream::new(segment_rx),
+            svc.config.files_per_commit.get(),
+            &props,
+            &mut on_commit,
+        )
+        .await;
+        result.map_err(Error::from)
+    };
+    let ((), (table, stats)) = tokio::try_join!(read, pipeline)?;
+    // The final ack names this stream's last snapshot (0 when it committed nothing).
+    let last_snapshot = table
+        .metadata()
+        .current_snapshot_id()
+        .filter(|_| stats.commits > 0)
+        .unwrap_or(0);
+    let _ = acks.send(Ok(ack(&name, last_snapshot, &stats, true)));
+    Ok(stats)
+}
 
-    async fn ack(&self, last: bool) -> Result<(), Error> {
-        let ack = CommitAck {
-            table: self.ident.to_string(),
-            snapshot_id: self.snapshot_id,
-            committed_rows: self.stats.rows,
-            committed_data_files: self.stats.files,
-            commits: self.stats.commits,
-            r#final: last,
+/// The reading half of a put: batches in, segments out.
+struct Reader<'a> {
+    svc: &'a Service,
+    table_name: String,
+    arrow: SchemaRef,
+    group: Vec<RecordBatch>,
+    group_bytes: u64,
+    reservation: Reservation,
+    /// When the oldest row not yet sent for commit must be committed.
+    deadline: Option<Deadline>,
+    segments: mpsc::Sender<Result<Segment, WriteError>>,
+}
+
+impl Reader<'_> {
+    async fn push(&mut self, batch: RecordBatch) -> Result<(), Error> {
+        let batch = write::conform_batch(&self.table_name, &batch, &self.arrow)?;
+        debug!(table = %self.table_name, rows = batch.num_rows(), "batch");
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let bytes = batch_bytes(&batch);
+        let reservation = match self.svc.budget.try_reserve(bytes as usize) {
+            Some(r) => r,
+            None => {
+                // Budget spent: hand our own open group on (its bytes come back once it is
+                // written), then wait for room. Waiting stops reading from the client.
+                self.send_group().await?;
+                self.svc.budget.reserve(bytes as usize).await
+            }
         };
-        let result = PutResult {
-            app_metadata: ack.encode_to_vec().into(),
-        };
-        // A client that stopped reading acks still gets its data committed.
-        let _ = self.acks.send(Ok(result)).await;
+        self.reservation.merge(reservation);
+        self.group_bytes += bytes;
+        self.group.push(batch);
+        if self.deadline.is_none() {
+            self.deadline = Some(Deadline::now() + self.svc.config.commit_interval);
+        }
+        if self.group_bytes >= self.svc.config.target_file_size {
+            self.send_group().await?;
+        }
         Ok(())
     }
 
-    async fn finish(mut self) -> Result<IngestStats, Error> {
-        if !self.group.is_empty() {
-            self.flush_group().await?;
+    /// Sends the open group (if any) to be encoded and written as one data file.
+    async fn send_group(&mut self) -> Result<(), Error> {
+        if self.group.is_empty() {
+            return Ok(());
         }
-        self.commit().await?;
-        self.ack(true).await?;
-        Ok(self.stats)
+        let group = std::mem::take(&mut self.group);
+        let reservation = std::mem::replace(&mut self.reservation, Reservation::empty());
+        self.group_bytes = 0;
+        self.send(Segment::Group(group, reservation)).await
+    }
+
+    /// Sends the open group and, when `commit` is set, a commit marker.
+    async fn cut(&mut self, commit: bool) -> Result<(), Error> {
+        self.send_group().await?;
+        self.deadline = None;
+        if commit {
+            self.send(Segment::Commit).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, segment: Segment) -> Result<(), Error> {
+        // A closed channel means the pipeline already failed; try_join reports its error.
+        let _ = self.segments.send(Ok(segment)).await;
+        Ok(())
+    }
+}
+
+fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutResult {
+    let ack = CommitAck {
+        table: table.to_string(),
+        snapshot_id,
+        committed_rows: stats.rows,
+        committed_data_files: stats.files,
+        commits: stats.commits,
+        r#final: last,
+    };
+    PutResult {
+        app_metadata: ack.encode_to_vec().into(),
     }
 }
 

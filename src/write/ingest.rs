@@ -110,49 +110,56 @@ pub async fn write_files(
     names: &mut FileNames,
     props: &WriteProps,
 ) -> Result<Vec<DataFile>, WriteError> {
-    let spec_id = table.metadata().default_partition_spec_id();
-    let ident = table.identifier().to_string();
     let named: Vec<(String, EncodedFile)> = encoded
         .into_iter()
         .map(|file| (names.next_path(table), file))
         .collect();
     futures::stream::iter(named)
-        .map(|(path, file)| {
-            let file_io = table.file_io().clone();
-            let ident = ident.clone();
-            async move {
-                let storage = |source| WriteError::Storage {
-                    table: ident.clone(),
-                    path: path.clone(),
-                    source,
-                };
-                let output = file_io.new_output(&path).map_err(storage)?;
-                let bytes = file.bytes;
-                // Local storage writes with blocking std::fs calls: keep them off the runtime.
-                tokio::task::spawn_blocking(move || {
-                    futures::executor::block_on(output.write(bytes))
-                })
-                .await
-                .map_err(|e| {
-                    storage(iceberg::Error::new(
-                        iceberg::ErrorKind::Unexpected,
-                        format!("write task failed: {e}"),
-                    ))
-                })?
-                .map_err(storage)?;
-                let mut builder = file.data_file;
-                builder.file_path(path.clone()).partition_spec_id(spec_id);
-                builder.build().map_err(|e| {
-                    storage(iceberg::Error::new(
-                        iceberg::ErrorKind::Unexpected,
-                        format!("incomplete data file: {e}"),
-                    ))
-                })
-            }
-        })
+        .map(|(path, file)| write_file(table, path, file))
         .buffered(props.channel_depth.max(1))
         .try_collect()
         .await
+}
+
+/// Writes one encoded file to `path` through the table's `FileIO` and returns its
+/// `DataFile` (path and partition spec set).
+///
+/// # Errors
+/// [`WriteError::Storage`] naming the file.
+///
+/// # Cancel safety
+/// Dropping the future may leave the file written (an orphan, never referenced).
+pub async fn write_file(
+    table: &Table,
+    path: String,
+    file: EncodedFile,
+) -> Result<DataFile, WriteError> {
+    let spec_id = table.metadata().default_partition_spec_id();
+    let storage = |source| WriteError::Storage {
+        table: table.identifier().to_string(),
+        path: path.clone(),
+        source,
+    };
+    let output = table.file_io().new_output(&path).map_err(storage)?;
+    let bytes = file.bytes;
+    // Local storage writes with blocking std::fs calls: keep them off the runtime.
+    tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
+        .await
+        .map_err(|e| {
+            storage(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!("write task failed: {e}"),
+            ))
+        })?
+        .map_err(storage)?;
+    let mut builder = file.data_file;
+    builder.file_path(path.clone()).partition_spec_id(spec_id);
+    builder.build().map_err(|e| {
+        storage(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("incomplete data file: {e}"),
+        ))
+    })
 }
 
 /// Commits `data_files` to `table` as one fast append (one snapshot, one catalog commit).

@@ -3,16 +3,25 @@
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`encode`]: all-core Parquet encode of row groups into in-memory files.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
-//! - [`ingest`]: the lanes that put those together (`append`, `ingest_parallel`).
+//! - [`ingest`]: single-commit lanes (`append`, `ingest_parallel`) and file writes.
+//! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
+//! - [`budget`]: the shared memory budget for rows in flight.
 
+pub mod budget;
 pub mod encode;
 pub mod ingest;
+pub mod pipeline;
 pub mod schema;
 pub mod stage;
 
+pub use budget::{MemoryBudget, Reservation};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use ingest::{
-    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, write_files,
+    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, write_file, write_files,
+};
+pub use pipeline::{
+    CommitReport, Segment, encode_pipelined, ingest_pipelined, ingest_pipelined_overlap,
+    run_overlapped,
 };
 pub use schema::{conform_batch, ensure_table, iceberg_schema_for, table_arrow_schema};
 pub use stage::stage_fast_append;

@@ -1,0 +1,242 @@
+//! Pipelined single-table ingest: many data files, one snapshot every `files_per_commit`
+//! files (design note `ingest_pipelined_overlap`).
+//!
+//! - [`encode_pipelined`]: the shared all-core encode; results in submission order.
+//! - [`ingest_pipelined`]: encode → write (≤ `channel_depth` writes in flight) → a serial
+//!   commit loop. The proven baseline.
+//! - [`ingest_pipelined_overlap`] / [`run_overlapped`]: the same files, grouping and
+//!   snapshots, but the committer runs *beside* the writer: it consumes written files, in
+//!   submission order, from a bounded channel while later files are still being encoded
+//!   and written, so each commit's fsync overlaps the next files' writes (§f1).
+//!
+//! Failure contract (§f3): not atomic across commits. Commits already made stay; an error
+//! ends the pipeline at its next await, and an un-committed redb transaction rolls back,
+//! so no partial snapshot is ever visible.
+
+use std::time::{Duration, Instant};
+
+use arrow_array::RecordBatch;
+use futures::{Stream, StreamExt, TryStreamExt};
+use iceberg::Catalog;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use tokio::sync::mpsc;
+
+use super::WriteError;
+use super::budget::Reservation;
+use super::encode::{EncodedFile, WriteProps};
+use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
+
+/// One step of a pipelined ingest's input, in order.
+#[derive(Debug)]
+pub enum Segment {
+    /// Batches that become one data file (conformed to the table's schema). The
+    /// reservation is released once the file is written.
+    Group(Vec<RecordBatch>, Reservation),
+    /// Commit every file written so far, even if fewer than `files_per_commit`
+    /// (`--commit-interval` elapsed).
+    Commit,
+}
+
+/// One commit the pipeline made.
+#[derive(Debug, Clone)]
+pub struct CommitReport {
+    /// The table after the commit.
+    pub table: Table,
+    /// What this commit made visible.
+    pub committed: IngestStats,
+    /// Everything this ingest made visible so far.
+    pub cumulative: IngestStats,
+    /// Wall time of the catalog commit.
+    pub duration: Duration,
+}
+
+/// Encodes every group on all cores; `encoded[i]` is group `i` (groups without rows
+/// produce no file). The shared encode stage of both pipelined lanes (§f2).
+///
+/// # Errors
+/// As [`encode`].
+pub async fn encode_pipelined(
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+) -> Result<Vec<EncodedFile>, WriteError> {
+    encode(table, groups).await
+}
+
+/// The serial baseline: encode all groups, write all files (≤ `props.channel_depth` in
+/// flight), then commit them in submission order, one snapshot per `files_per_commit`
+/// files.
+///
+/// # Errors
+/// The first encode, write or commit error; commits made before it stay.
+pub async fn ingest_pipelined(
+    catalog: &dyn Catalog,
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+    files_per_commit: usize,
+    props: &WriteProps,
+) -> Result<(Table, IngestStats), WriteError> {
+    let encoded = encode_pipelined(table, groups).await?;
+    let files = write_files(table, encoded, &mut FileNames::new(), props).await?;
+    let mut table = table.clone();
+    let mut stats = IngestStats::default();
+    for chunk in files.chunks(files_per_commit.max(1)) {
+        table = commit_files(catalog, &table, chunk.to_vec()).await?;
+        stats.add_commit(chunk);
+    }
+    Ok((table, stats))
+}
+
+/// The overlapped lane over a fixed list of groups: identical files, grouping, snapshots
+/// and stats to [`ingest_pipelined`]; only the timing differs (commits overlap writes).
+///
+/// # Errors
+/// As [`run_overlapped`].
+pub async fn ingest_pipelined_overlap(
+    catalog: &dyn Catalog,
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+    files_per_commit: usize,
+    props: &WriteProps,
+) -> Result<(Table, IngestStats), WriteError> {
+    let encoded = encode_pipelined(table, groups).await?;
+    let files = futures::stream::iter(encoded.into_iter().map(|f| Ok(Prepared::Encoded(f))));
+    overlap(catalog, table, files, files_per_commit, props, &mut |_| {}).await
+}
+
+/// The overlapped lane over a stream of [`Segment`]s, as the streaming put uses it: each
+/// group is encoded (one file, on the blocking pool, ≤ `props.channel_depth` groups at
+/// once) and written as it arrives; the committer commits every `files_per_commit` files
+/// and at each [`Segment::Commit`], calling `on_commit` after each commit, and commits
+/// the rest when the stream ends.
+///
+/// # Errors
+/// The first error of the input stream, an encode, a write or a commit. Commits already
+/// reported through `on_commit` stay; files written but not committed are orphans.
+///
+/// # Cancel safety
+/// Dropping the future cancels the pipeline: commits already made stay, a commit whose
+/// redb transaction had not committed is not visible.
+pub async fn run_overlapped(
+    catalog: &dyn Catalog,
+    table: &Table,
+    segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
+    files_per_commit: usize,
+    props: &WriteProps,
+    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
+) -> Result<(Table, IngestStats), WriteError> {
+    let prepared = segments.map_ok(|segment| match segment {
+        Segment::Group(batches, reservation) => Prepared::Group(batches, reservation),
+        Segment::Commit => Prepared::Commit,
+    });
+    overlap(catalog, table, prepared, files_per_commit, props, on_commit).await
+}
+
+/// An input of the writer: a group still to encode, an encoded file, or a commit marker.
+enum Prepared {
+    Group(Vec<RecordBatch>, Reservation),
+    Encoded(EncodedFile),
+    Commit,
+}
+
+/// What the writer hands the committer, in submission order.
+enum Written {
+    File(DataFile),
+    Commit,
+}
+
+async fn overlap(
+    catalog: &dyn Catalog,
+    table: &Table,
+    input: impl Stream<Item = Result<Prepared, WriteError>> + Send,
+    files_per_commit: usize,
+    props: &WriteProps,
+    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
+) -> Result<(Table, IngestStats), WriteError> {
+    let depth = props.channel_depth.max(1);
+    let files_per_commit = files_per_commit.max(1);
+    let (tx, mut rx) = mpsc::channel::<Written>(depth);
+    let mut names = FileNames::new();
+
+    // Writer: ≤ depth encodes/writes in flight; `buffered` re-sequences completions into
+    // submission order (the reorder buffer) before they enter the bounded channel.
+    let writer = async move {
+        let written = input
+            .map_ok(|item| {
+                let path = match &item {
+                    Prepared::Group(..) | Prepared::Encoded(_) => Some(names.next_path(table)),
+                    Prepared::Commit => None,
+                };
+                prepare(table, item, path)
+            })
+            .try_buffered(depth);
+        let mut written = std::pin::pin!(written);
+        while let Some(item) = written.next().await {
+            let Some(item) = item? else { continue };
+            if tx.send(item).await.is_err() {
+                break; // the committer failed; its error wins
+            }
+        }
+        Ok::<(), WriteError>(())
+    };
+
+    // Committer: one sequential consumer beside the writer.
+    let committer = async {
+        let mut table = table.clone();
+        let mut stats = IngestStats::default();
+        let mut pending: Vec<DataFile> = Vec::new();
+        loop {
+            let item = rx.recv().await;
+            let done = item.is_none();
+            let commit_now = match item {
+                Some(Written::File(file)) => {
+                    pending.push(file);
+                    pending.len() >= files_per_commit
+                }
+                Some(Written::Commit) | None => true,
+            };
+            if commit_now && !pending.is_empty() {
+                let files = std::mem::take(&mut pending);
+                let mut committed = IngestStats::default();
+                committed.add_commit(&files);
+                let started = Instant::now();
+                table = commit_files(catalog, &table, files).await?;
+                stats.rows += committed.rows;
+                stats.files += committed.files;
+                stats.bytes += committed.bytes;
+                stats.commits += 1;
+                on_commit(&CommitReport {
+                    table: table.clone(),
+                    committed,
+                    cumulative: stats,
+                    duration: started.elapsed(),
+                });
+            }
+            if done {
+                return Ok::<_, WriteError>((table, stats));
+            }
+        }
+    };
+
+    let ((), result) = tokio::try_join!(writer, committer)?;
+    Ok(result)
+}
+
+/// Encodes (if needed) and writes one item; `None` for a group without rows.
+async fn prepare(
+    table: &Table,
+    item: Prepared,
+    path: Option<String>,
+) -> Result<Option<Written>, WriteError> {
+    let (encoded, _reservation) = match item {
+        Prepared::Commit => return Ok(Some(Written::Commit)),
+        Prepared::Encoded(file) => (Some(file), None),
+        Prepared::Group(batches, reservation) => {
+            (encode(table, vec![batches]).await?.pop(), Some(reservation))
+        }
+    };
+    match (encoded, path) {
+        (Some(file), Some(path)) => Ok(Some(Written::File(write_file(table, path, file).await?))),
+        _ => Ok(None),
+    }
+}
