@@ -10,6 +10,7 @@ pub mod error;
 pub mod flight;
 pub mod http;
 pub mod metrics;
+pub mod read;
 pub mod write;
 
 /// skade's own protobuf messages (`proto/skade/v1/skade.proto`).

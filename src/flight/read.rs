@@ -15,9 +15,6 @@ use super::names;
 use crate::error::Error;
 use crate::write;
 
-/// Rows per record batch that `DoGet` reads and sends.
-const READ_BATCH_ROWS: usize = 65_536;
-
 /// A stream of Flight data or a status.
 pub(crate) type DataStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send>>;
 
@@ -66,27 +63,9 @@ pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStre
     let table = load(svc, ident).await?;
     let schema = write::table_arrow_schema(&table)?;
     let catalog_err = |source: iceberg::Error| Error::catalog(ident, source);
-    let mut tasks: Vec<_> = table
-        .scan()
-        .build()
-        .map_err(catalog_err)?
-        .plan_files()
+    let batches = crate::read::scan_in_write_order(&table)
         .await
         .map_err(catalog_err)?
-        .try_collect()
-        .await
-        .map_err(catalog_err)?;
-    // File names sort in write order (see `write::FileNames`); read one file at a time so
-    // a table written by one stream reads back in the order it was sent.
-    tasks.sort_by(|a, b| a.data_file_path.cmp(&b.data_file_path));
-    let batches = table
-        .reader_builder()
-        .with_data_file_concurrency_limit(1)
-        .with_batch_size(READ_BATCH_ROWS)
-        .build()
-        .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))
-        .map_err(catalog_err)?
-        .stream()
         .map_err(|e| FlightError::ExternalError(Box::new(e)));
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(schema)
