@@ -67,9 +67,9 @@ impl Error {
                 Code::InvalidArgument
             }
             Error::Write(e) => match e.as_ref() {
-                WriteError::Schema { .. } | WriteError::UnsupportedSchema { .. } => {
-                    Code::InvalidArgument
-                }
+                WriteError::Schema { .. }
+                | WriteError::UnsupportedSchema { .. }
+                | WriteError::RepeatedTable { .. } => Code::InvalidArgument,
                 WriteError::Encode { source, .. } => iceberg_code(source),
                 WriteError::Storage { .. } => Code::Unavailable,
                 WriteError::Catalog { source, .. } => iceberg_code(source),

@@ -53,6 +53,25 @@ pub fn redb_commit_count() -> u64 {
 /// its base must still meet, and the updates to apply.
 pub type ReleaseEntry = (TableIdent, Vec<TableRequirement>, Vec<TableUpdate>);
 
+/// One table's part in [`RedbCatalog::atomic_release`].
+#[derive(Debug)]
+pub enum Release {
+    /// Advance an existing table: its identifier, the requirements its current metadata
+    /// must meet, and the updates to apply (as [`ReleaseEntry`]).
+    Advance(ReleaseEntry),
+    /// Create a table that does not exist yet, with its first updates applied: `table`
+    /// comes from [`RedbCatalog::plan_table`] (nothing of it is in the catalog), and the
+    /// requirements are checked against its planned metadata.
+    Create {
+        /// The planned table.
+        table: Table,
+        /// Requirements on the planned metadata (e.g. a staged fast append's).
+        requirements: Vec<TableRequirement>,
+        /// Updates to apply on top of the planned metadata (may be empty).
+        updates: Vec<TableUpdate>,
+    },
+}
+
 /// An [`iceberg::Catalog`] stored in one redb file, with tables under a local warehouse
 /// directory laid out as `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
 ///
@@ -70,8 +89,12 @@ pub struct RedbCatalog {
 /// A table commit whose metadata JSON is written and whose pointer has not moved yet.
 struct PreparedCommit {
     key: String,
-    base_location: String,
+    /// The pointer the commit was built on; `None` for a table the commit creates (the
+    /// key must then still be absent).
+    base_location: Option<String>,
     new_location: String,
+    /// Namespace keys (every level) to insert when absent; only for creates.
+    namespaces: Vec<String>,
     table: Table,
 }
 
@@ -164,9 +187,26 @@ impl RedbCatalog {
     ///   requirement fails or a pointer moved after it was read. Nothing is committed; the
     ///   metadata files already written are orphans.
     pub async fn atomic_release_raw(&self, batch: Vec<ReleaseEntry>) -> Result<Vec<Table>> {
+        self.atomic_release(batch.into_iter().map(Release::Advance).collect())
+            .await
+    }
+
+    /// [`Self::atomic_release_raw`] that may also create tables: every [`Release::Create`]
+    /// inserts its table's pointer (and any missing namespace level) in the same redb
+    /// write transaction that advances the others, so a multi-table flush into new tables
+    /// is all or nothing too — a rolled back or failed flush leaves no empty table behind.
+    ///
+    /// # Errors
+    /// As [`Self::atomic_release_raw`]; in addition `TableAlreadyExists` (not retryable)
+    /// when a table to create exists by the time the pointers flip. Nothing is committed.
+    pub async fn atomic_release(&self, batch: Vec<Release>) -> Result<Vec<Table>> {
         let mut seen = HashSet::new();
-        for (ident, _, _) in &batch {
-            if !seen.insert(ident) {
+        for entry in &batch {
+            let ident = match entry {
+                Release::Advance((ident, _, _)) => ident,
+                Release::Create { table, .. } => table.identifier(),
+            };
+            if !seen.insert(ident.clone()) {
                 return Err(Error::new(
                     ErrorKind::DataInvalid,
                     format!("table {ident} appears more than once in one atomic release"),
@@ -177,10 +217,96 @@ impl RedbCatalog {
             return Ok(Vec::new());
         }
         let mut prepared = Vec::with_capacity(batch.len());
-        for (ident, requirements, updates) in batch {
-            prepared.push(self.prepare_commit(&ident, requirements, updates).await?);
+        for entry in batch {
+            prepared.push(match entry {
+                Release::Advance((ident, requirements, updates)) => {
+                    self.prepare_commit(&ident, requirements, updates).await?
+                }
+                Release::Create {
+                    table,
+                    requirements,
+                    updates,
+                } => self.prepare_create(table, requirements, updates).await?,
+            });
         }
         self.release(prepared).await
+    }
+
+    /// A handle for a table that does not exist yet: its metadata as `create_table` would
+    /// write it (location `<warehouse>/<namespace...>/<table>` unless the creation names
+    /// one), with nothing written and nothing in the catalog. Data files can be written
+    /// under its location and staged against it; [`Release::Create`] makes it real.
+    ///
+    /// # Errors
+    /// iceberg's error for an invalid creation (e.g. a bad schema or partition spec).
+    pub fn plan_table(&self, ident: &TableIdent, creation: TableCreation) -> Result<Table> {
+        let location = match &creation.location {
+            Some(location) => location.clone(),
+            None => {
+                let mut path = self.warehouse.clone();
+                path.extend(ident.namespace().as_ref());
+                path.push(ident.name());
+                path.to_string_lossy().into_owned()
+            }
+        };
+        let creation = TableCreation {
+            name: ident.name().to_string(),
+            location: Some(location.clone()),
+            ..creation
+        };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        self.table_handle(ident.clone(), metadata_location.to_string(), metadata)
+    }
+
+    /// Writes a planned table's first metadata and the metadata with `updates` applied;
+    /// does not insert its pointer.
+    async fn prepare_create(
+        &self,
+        planned: Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<PreparedCommit> {
+        let ident = planned.identifier().clone();
+        for requirement in &requirements {
+            requirement.check(Some(planned.metadata()))?;
+        }
+        let first_location = planned.metadata_location_result()?.to_string();
+        planned
+            .metadata()
+            .write_to(&self.file_io, &MetadataLocation::from_str(&first_location)?)
+            .await?;
+        let (new_location, metadata) = if updates.is_empty() {
+            (first_location, planned.metadata().clone())
+        } else {
+            let mut builder = planned
+                .metadata()
+                .clone()
+                .into_builder(Some(first_location.clone()));
+            for update in updates {
+                builder = update.apply(builder)?;
+            }
+            let metadata = builder.build()?.metadata;
+            let location = MetadataLocation::from_str(&first_location)?
+                .with_next_version()
+                .with_new_metadata(&metadata);
+            metadata.write_to(&self.file_io, &location).await?;
+            (location.to_string(), metadata)
+        };
+        let parts = ident.namespace().as_ref();
+        let namespaces = (1..=parts.len())
+            .map(|depth| key_of(&parts[..depth]))
+            .collect::<Result<Vec<_>>>()?;
+        let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
+        Ok(PreparedCommit {
+            key: table_key(&ident)?,
+            base_location: None,
+            new_location,
+            namespaces,
+            table,
+        })
     }
 
     /// Builds and writes the new metadata for one table; does not move its pointer.
@@ -211,8 +337,9 @@ impl RedbCatalog {
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
             key: table_key(ident)?,
-            base_location,
+            base_location: Some(base_location),
             new_location,
+            namespaces: Vec::new(),
             table,
         })
     }
@@ -221,7 +348,8 @@ impl RedbCatalog {
     async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
         let db = self.db.clone();
         let warehouse = self.warehouse.clone();
-        let flips: Vec<(String, String, String, String)> = prepared
+        type Flip = (String, Option<String>, String, String, Vec<String>);
+        let flips: Vec<Flip> = prepared
             .iter()
             .map(|p| {
                 (
@@ -229,6 +357,7 @@ impl RedbCatalog {
                     p.base_location.clone(),
                     p.new_location.clone(),
                     p.table.identifier().to_string(),
+                    p.namespaces.clone(),
                 )
             })
             .collect();
@@ -238,11 +367,30 @@ impl RedbCatalog {
             let txn = db.begin_write().map_err(redb_error)?;
             {
                 let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
-                for (key, base, new, ident) in &flips {
+                let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+                for (key, base, new, ident, create_namespaces) in &flips {
                     let current = tables
                         .get(key.as_str())
                         .map_err(redb_error)?
                         .map(|v| v.value().to_string());
+                    let Some(base) = base else {
+                        // A create: the table must still be absent.
+                        if current.is_some() {
+                            return Err(Error::new(
+                                ErrorKind::TableAlreadyExists,
+                                format!("table {ident} was created concurrently"),
+                            ));
+                        }
+                        for ns in create_namespaces {
+                            if namespaces.get(ns.as_str()).map_err(redb_error)?.is_none() {
+                                namespaces.insert(ns.as_str(), "{}").map_err(redb_error)?;
+                            }
+                        }
+                        tables
+                            .insert(key.as_str(), new.as_str())
+                            .map_err(redb_error)?;
+                        continue;
+                    };
                     match current {
                         None => {
                             return Err(Error::new(

@@ -10,6 +10,7 @@
 pub mod budget;
 pub mod encode;
 pub mod ingest;
+pub mod multi;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
@@ -19,6 +20,7 @@ pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, write_file, write_files,
 };
+pub use multi::{COMMIT_RETRIES, StagedTable, commit_staged, encode_and_write_files, ingest_multi};
 pub use pipeline::{
     CommitReport, Segment, encode_pipelined, ingest_pipelined, ingest_pipelined_overlap,
     run_overlapped,
@@ -76,6 +78,13 @@ pub enum WriteError {
         /// The catalog's error; its `kind()` tells conflicts from other failures.
         #[source]
         source: iceberg::Error,
+    },
+    /// A multi-table ingest named the same table twice (design note `ingest_multi` §f1,
+    /// "Distinct idents per batch"); rejected before anything is encoded.
+    #[error("table {table} appears more than once in one multi-table ingest")]
+    RepeatedTable {
+        /// Table identifier, `ns.table`.
+        table: String,
     },
     /// A blocking encode task panicked or was cancelled.
     #[error("table {table}: encode task failed: {reason}")]

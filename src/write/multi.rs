@@ -1,0 +1,232 @@
+//! Lane 2, the atomic multi-table flush (design note `ingest_multi`).
+//!
+//! [`encode_and_write_files`] is the encode + write half of `ingest_parallel` (the same
+//! [`encode`] and [`write_files`], so the files are byte-identical); [`commit_staged`]
+//! stages one fast append per table and releases them all through ONE
+//! [`RedbCatalog::atomic_release`] — one redb write transaction, one fsync, every table
+//! advanced by exactly one snapshot or none. [`ingest_multi`] puts the two together.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use iceberg::{Catalog, ErrorKind};
+
+use super::WriteError;
+use super::encode::WriteProps;
+use super::ingest::{FileNames, IngestStats, encode, write_files};
+use super::schema::{conform_batch, table_arrow_schema};
+use super::stage::stage_fast_append;
+use crate::catalog::{RedbCatalog, Release};
+
+/// Times a multi-table commit is re-staged on the tables' new state after a conflicting
+/// concurrent commit, before it fails with the conflict — the same count as iceberg's
+/// `commit.retry.num-retries` default for a single-table commit.
+pub const COMMIT_RETRIES: u32 = 4;
+
+/// First wait before a re-stage; doubles on every further conflict.
+const RETRY_BASE_WAIT: Duration = Duration::from_millis(20);
+
+/// Conforms every batch of `groups` to `table`'s schema, encodes each group into one
+/// Parquet file on all cores and writes the files under the table's `data/` — exactly
+/// `ingest_parallel`'s [`encode`] + [`write_files`], so for the same input the bytes are
+/// identical. Nothing is committed. Groups with no rows produce no file.
+///
+/// # Errors
+/// [`WriteError::Schema`] naming the column of a batch that does not fit the table (e.g.
+/// a wrong column count); [`WriteError::Encode`]/[`WriteError::Task`] from the encode;
+/// [`WriteError::Storage`] naming the file that failed (files already written stay as
+/// orphans).
+///
+/// # Cancel safety
+/// Dropping the future may leave some files written (orphans, never referenced).
+pub async fn encode_and_write_files(
+    table: &Table,
+    groups: Vec<Vec<RecordBatch>>,
+    names: &mut FileNames,
+    props: &WriteProps,
+) -> Result<Vec<DataFile>, WriteError> {
+    let target = table_arrow_schema(table)?;
+    let name = table.identifier().to_string();
+    let conformed = tokio::task::spawn_blocking(move || {
+        groups
+            .into_iter()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|batch| conform_batch(&name, batch, &target))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| WriteError::Task {
+        table: table.identifier().to_string(),
+        reason: e.to_string(),
+    })??;
+    let encoded = encode(table, conformed).await?;
+    write_files(table, encoded, names, props).await
+}
+
+/// One table's part of a multi-table commit: data files already written (by
+/// [`encode_and_write_files`]) and the table they go into.
+#[derive(Debug, Clone)]
+pub struct StagedTable {
+    /// The table the files were written for: a handle from the catalog, or a planned
+    /// table from [`RedbCatalog::plan_table`] when `create` is set.
+    pub table: Table,
+    /// Whether the commit creates the table (it is not in the catalog yet).
+    pub create: bool,
+    /// The files, in write order; they become ONE snapshot.
+    pub data_files: Vec<DataFile>,
+}
+
+/// Commits every staged table in ONE redb write transaction: one fast append (one new
+/// snapshot) per table that has files, and the pointer of every table created. A table
+/// that is neither created nor given files is skipped; when all are skipped nothing is
+/// written at all and `commits` is 0, else `commits` is 1.
+///
+/// Each fast append is staged on the handle given. When another commit moved a table in
+/// between (a retryable conflict), every existing table is reloaded and the appends are
+/// re-staged on the new state, up to `retries` times — appends commute, so no row is lost
+/// or doubled. Returns the tables in input order (unchanged handles for skipped ones) and
+/// what became visible.
+///
+/// # Errors
+/// [`WriteError::RepeatedTable`] when a table appears twice (before anything is written);
+/// [`WriteError::Catalog`] for a failed stage, a conflict that outlasted the retries
+/// (`CatalogCommitConflicts`), a table to create that now exists (`TableAlreadyExists`),
+/// or a storage failure. Nothing is committed then.
+///
+/// # Cancel safety
+/// Dropping the future before the redb transaction commits commits nothing.
+pub async fn commit_staged(
+    catalog: &RedbCatalog,
+    staged: Vec<StagedTable>,
+    retries: u32,
+) -> Result<(Vec<Table>, IngestStats), WriteError> {
+    reject_repeats(staged.iter().map(|s| &s.table))?;
+    let mut stats = IngestStats::default();
+    let live: Vec<usize> = (0..staged.len())
+        .filter(|&i| staged[i].create || !staged[i].data_files.is_empty())
+        .collect();
+    let mut out: Vec<Table> = staged.iter().map(|s| s.table.clone()).collect();
+    if live.is_empty() {
+        return Ok((out, stats));
+    }
+    let mut bases: Vec<Table> = live.iter().map(|&i| staged[i].table.clone()).collect();
+    let mut attempt = 0;
+    let released = loop {
+        let mut batch = Vec::with_capacity(live.len());
+        for (base, &i) in bases.iter().zip(&live) {
+            let part = &staged[i];
+            let (requirements, updates) = if part.data_files.is_empty() {
+                (Vec::new(), Vec::new())
+            } else {
+                stage_fast_append(base, part.data_files.clone())
+                    .await
+                    .map_err(|e| WriteError::catalog(base.identifier(), e))?
+            };
+            batch.push(if part.create {
+                Release::Create {
+                    table: base.clone(),
+                    requirements,
+                    updates,
+                }
+            } else {
+                Release::Advance((base.identifier().clone(), requirements, updates))
+            });
+        }
+        match catalog.atomic_release(batch).await {
+            Ok(tables) => break tables,
+            Err(e)
+                if e.kind() == ErrorKind::CatalogCommitConflicts
+                    && e.retryable()
+                    && attempt < retries =>
+            {
+                attempt += 1;
+                tracing::debug!(attempt, error = %e, "multi-table commit conflict, re-staging");
+                tokio::time::sleep(RETRY_BASE_WAIT * 2u32.pow(attempt - 1)).await;
+                for (base, &i) in bases.iter_mut().zip(&live) {
+                    if !staged[i].create {
+                        *base = catalog
+                            .load_table(base.identifier())
+                            .await
+                            .map_err(|e| WriteError::catalog(base.identifier(), e))?;
+                    }
+                }
+            }
+            Err(e) => return Err(WriteError::catalog(&names_of(&bases), e)),
+        }
+    };
+    for (table, &i) in released.into_iter().zip(&live) {
+        let files = &staged[i].data_files;
+        if !files.is_empty() {
+            let mut one = IngestStats::default();
+            one.add_commit(files);
+            stats.rows += one.rows;
+            stats.files += one.files;
+            stats.bytes += one.bytes;
+        }
+        out[i] = table;
+    }
+    stats.commits = 1;
+    Ok((out, stats))
+}
+
+/// Encodes and writes every table's groups (in input order, each on all cores), then
+/// commits them all in ONE redb write transaction (design note `ingest_multi` §f1): each
+/// table with rows gains exactly one snapshot, tables with no rows are skipped, and
+/// `commits` is 1 — or 0, with no redb write at all, when every table is empty.
+///
+/// Batches are conformed to their table's schema first (see [`conform_batch`]).
+///
+/// # Errors
+/// [`WriteError::RepeatedTable`] when a table appears twice, before any encode; otherwise
+/// the first failure of encode, write, stage or release (see [`commit_staged`], which
+/// re-stages up to [`COMMIT_RETRIES`] times on a conflict). Any failure commits nothing:
+/// no table advances; files already written are orphans.
+///
+/// # Cancel safety
+/// Dropping the future before the redb transaction commits commits nothing.
+pub async fn ingest_multi(
+    catalog: &RedbCatalog,
+    tables: Vec<(Table, Vec<Vec<RecordBatch>>)>,
+    props: &WriteProps,
+) -> Result<(Vec<Table>, IngestStats), WriteError> {
+    reject_repeats(tables.iter().map(|(t, _)| t))?;
+    let mut staged = Vec::with_capacity(tables.len());
+    for (table, groups) in tables {
+        let data_files =
+            encode_and_write_files(&table, groups, &mut FileNames::new(), props).await?;
+        staged.push(StagedTable {
+            table,
+            create: false,
+            data_files,
+        });
+    }
+    commit_staged(catalog, staged, COMMIT_RETRIES).await
+}
+
+/// [`WriteError::RepeatedTable`] for the first table that appears twice.
+fn reject_repeats<'a>(tables: impl Iterator<Item = &'a Table>) -> Result<(), WriteError> {
+    let mut seen = HashSet::new();
+    for table in tables {
+        if !seen.insert(table.identifier().clone()) {
+            return Err(WriteError::RepeatedTable {
+                table: table.identifier().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn names_of(tables: &[Table]) -> String {
+    tables
+        .iter()
+        .map(|t| t.identifier().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
