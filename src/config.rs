@@ -68,6 +68,11 @@ pub struct IngestConfig {
     #[arg(long, env = "SKADE_MEMORY_BUDGET", default_value = "2GiB", value_parser = parse_bytes)]
     pub memory_budget: u64,
 
+    /// Longest time a Flight SQL transaction may stay idle (no ingest, no end) before it
+    /// is rolled back (e.g. `5m`).
+    #[arg(long, env = "SKADE_TRANSACTION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub transaction_timeout: Duration,
+
     /// Largest gRPC message accepted or sent (e.g. `64MiB`); larger ones get
     /// `ResourceExhausted`.
     #[arg(long, env = "SKADE_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]

@@ -38,6 +38,32 @@ pub enum Error {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// A Flight SQL transaction id this server never gave out (or forgot long ago).
+    #[error("unknown transaction {id}")]
+    NoTransaction {
+        /// The id as sent (UUID or hex bytes).
+        id: String,
+    },
+    /// A Flight SQL transaction that is no longer open.
+    #[error("transaction {id} {outcome}")]
+    TransactionEnded {
+        /// The transaction id.
+        id: String,
+        /// How it ended ("was committed", "was rolled back", ...).
+        outcome: String,
+    },
+    /// A Flight SQL transaction an ingest of which failed: it can only roll back.
+    #[error("the transaction was aborted and can only be rolled back: {reason}")]
+    TransactionAborted {
+        /// What failed.
+        reason: String,
+    },
+    /// A request skade understands but does not serve.
+    #[error("skade does not support {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+    },
     /// The transport reported an error (e.g. a message over the size limit).
     #[error("{0}")]
     Transport(Box<Status>),
@@ -59,8 +85,9 @@ impl Error {
     }
 
     /// The gRPC status for this error: InvalidArgument (bad names, schema, data),
-    /// NotFound, AlreadyExists, Aborted (conflict after retries), Unavailable (storage),
-    /// Internal (the rest). The message is the error's `Display`.
+    /// NotFound (incl. unknown transactions), AlreadyExists, FailedPrecondition (a
+    /// transaction that already ended), Aborted (conflict after retries, an aborted
+    /// transaction), Unimplemented, Unavailable (storage), Internal (the rest). The message is the error's `Display`.
     pub fn into_status(self) -> Status {
         let code = match &self {
             Error::BadName { .. } | Error::BadRequest { .. } | Error::Decode { .. } => {
@@ -76,6 +103,10 @@ impl Error {
                 WriteError::Task { .. } => Code::Internal,
             },
             Error::Catalog { source, .. } => iceberg_code(source),
+            Error::NoTransaction { .. } => Code::NotFound,
+            Error::TransactionEnded { .. } => Code::FailedPrecondition,
+            Error::TransactionAborted { .. } => Code::Aborted,
+            Error::Unsupported { .. } => Code::Unimplemented,
             Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, self.to_string())

@@ -116,7 +116,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: metrics.clone(),
         config: config.ingest.clone(),
         budget: write::MemoryBudget::new(config.ingest.memory_budget),
+        transactions: flight::txn::Transactions::new(config.ingest.transaction_timeout, &metrics),
     });
+    flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
 
     let bind = |addr: SocketAddr| async move {
         tokio::net::TcpListener::bind(addr)

@@ -143,6 +143,30 @@ impl Metrics {
             .inc_by(stats.bytes);
     }
 
+    /// Records ONE catalog commit on `lane` that made several tables' `stats` visible:
+    /// one histogram observation, per-table row/file/byte counters.
+    pub fn record_tables_commit(
+        &self,
+        lane: &str,
+        tables: &[(String, crate::write::IngestStats)],
+        seconds: f64,
+    ) {
+        self.commit_duration
+            .with_label_values(&[lane])
+            .observe(seconds);
+        for (table, stats) in tables {
+            self.rows_committed
+                .with_label_values(&[table])
+                .inc_by(stats.rows);
+            self.data_files_committed
+                .with_label_values(&[table])
+                .inc_by(stats.files);
+            self.bytes_committed
+                .with_label_values(&[table])
+                .inc_by(stats.bytes);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = Vec::new();

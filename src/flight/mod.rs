@@ -1,8 +1,11 @@
-//! The Arrow Flight service: streaming put, read back, and (later) Flight SQL.
+//! The Arrow Flight service: streaming put, read back, and the Flight SQL subset for
+//! ingest and transactions (Lane 2).
 
 pub mod names;
 mod put;
 mod read;
+mod sql;
+pub mod txn;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::Command;
 use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
@@ -38,6 +42,8 @@ pub struct Service {
     pub config: IngestConfig,
     /// The memory budget all streams share for rows in flight.
     pub budget: MemoryBudget,
+    /// Open and recently finished Flight SQL transactions.
+    pub transactions: txn::Transactions,
 }
 
 /// The tonic `FlightService` over a shared [`Service`].
@@ -85,6 +91,11 @@ fn path_table(descriptor: &FlightDescriptor) -> Result<iceberg::TableIdent, Erro
     }
 }
 
+/// Whether `descriptor` is a `CMD` descriptor (a Flight SQL command).
+fn is_cmd(descriptor: &FlightDescriptor) -> bool {
+    DescriptorType::try_from(descriptor.r#type) == Ok(DescriptorType::Cmd)
+}
+
 /// Decrements the open-streams gauge when a put ends, however it ends.
 struct StreamGuard(prometheus::IntGauge);
 
@@ -123,6 +134,11 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
+        if is_cmd(request.get_ref()) {
+            let info =
+                sql::flight_info(&self.svc, request.get_ref()).map_err(Error::into_status)?;
+            return Ok(Response::new(info));
+        }
         let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
         let info = read::flight_info(&self.svc, &ident)
             .await
@@ -141,6 +157,13 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
+        if is_cmd(request.get_ref()) {
+            let info =
+                sql::flight_info(&self.svc, request.get_ref()).map_err(Error::into_status)?;
+            return Ok(Response::new(SchemaResult {
+                schema: info.schema,
+            }));
+        }
         let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
         let info = read::flight_info(&self.svc, &ident)
             .await
@@ -154,6 +177,11 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
+        if sql::is_command_ticket(&request.get_ref().ticket) {
+            let stream =
+                sql::do_get(&self.svc, &request.get_ref().ticket).map_err(Error::into_status)?;
+            return Ok(Response::new(stream));
+        }
         let ident =
             names::table_from_ticket(&request.get_ref().ticket).map_err(Error::into_status)?;
         let stream = read::do_get(&self.svc, &ident)
@@ -166,6 +194,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
+        let session = sql::session_of(&request);
         let mut input = request.into_inner();
         let first = match input.message().await {
             Ok(Some(first)) => first,
@@ -178,11 +207,36 @@ impl FlightService for SkadeFlight {
             Err(status) => return Err(self.fail(Error::Transport(Box::new(status)))),
         };
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
-        let ident = path_table(&descriptor).map_err(|e| self.fail(e))?;
+        let command = if is_cmd(&descriptor) {
+            Some(sql::command(&descriptor.cmd).map_err(|e| self.fail(e))?)
+        } else {
+            None
+        };
+        let ident = match command {
+            Some(_) => None,
+            None => Some(path_table(&descriptor).map_err(|e| self.fail(e))?),
+        };
         let data = futures::stream::once(async move { Ok(first) })
             .chain(input)
             .map_err(|status| FlightError::Tonic(Box::new(status)));
         let batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let Some(ident) = ident else {
+            // Lane 2: Flight SQL bulk ingest.
+            let Some(Command::CommandStatementIngest(cmd)) = command else {
+                return Err(self.fail(Error::Unsupported {
+                    what: format!(
+                        "DoPut with the command {} (only CommandStatementIngest)",
+                        command
+                            .map(|c| c.type_url().to_string())
+                            .unwrap_or_default()
+                    ),
+                }));
+            };
+            let result = sql::do_put(self.svc.clone(), session, cmd, batches)
+                .await
+                .map_err(|e| self.fail(e))?;
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
         let span = info_span!("do_put", table = %ident);
@@ -210,15 +264,20 @@ impl FlightService for SkadeFlight {
 
     async fn do_action(
         &self,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        Err(unimplemented("DoAction"))
+        let session = sql::session_of(&request);
+        let stream = sql::do_action(&self.svc, session, request.into_inner())
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(Response::new(stream))
     }
 
     async fn list_actions(
         &self,
         _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        Ok(Response::new(Box::pin(futures::stream::empty())))
+        let types = sql::action_types().into_iter().map(Ok);
+        Ok(Response::new(Box::pin(futures::stream::iter(types))))
     }
 }

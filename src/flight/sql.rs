@@ -1,0 +1,633 @@
+//! The Flight SQL subset (SERVICE.md, Lane 2) that lets the standard ADBC Flight SQL
+//! driver ingest into skade: `GetSqlInfo`, `DoPut(CommandStatementIngest)`, and the
+//! actions `BeginTransaction`, `EndTransaction` and `CloseSession`. No SQL is run.
+//!
+//! An ingest is conformed to its table's schema batch by batch, cut into data files of
+//! about `--target-file-size` (holding the batches against the server's memory budget
+//! until their file is written), encoded on all cores and written at once; it becomes
+//! visible only when its transaction commits ([`super::txn`]), or — with no transaction
+//! — when the stream ends, as one snapshot. A table that does not exist is created by that
+//! same commit, so a rolled back transaction leaves no empty table behind.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::{
+    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest, Any,
+    Command, CommandGetSqlInfo, CommandStatementIngest, DoPutUpdateResult, EndTransaction,
+    ProstMessageExt, SqlInfo, SqlSupportedTransaction, TableExistsOption, TableNotExistOption,
+};
+use arrow_flight::{Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, PutResult};
+use arrow_flight::{Result as ActionResult, Ticket};
+use futures::{Stream, StreamExt, TryStreamExt};
+use iceberg::{Catalog, ErrorKind, TableIdent};
+use prost::Message;
+use tonic::{Code, Request, Status};
+use tracing::{debug, info, warn};
+
+use super::names;
+use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
+use super::{Service, read::DataStream};
+use crate::error::Error;
+use crate::metrics::LANE_STREAM;
+use crate::write::{self, FileNames, Reservation, WriteProps};
+
+/// The Flight SQL action that opens a transaction.
+pub(crate) const BEGIN_TRANSACTION: &str = "BeginTransaction";
+/// The Flight SQL action that commits or rolls back a transaction.
+pub(crate) const END_TRANSACTION: &str = "EndTransaction";
+/// The Flight session action that ends a client session (rolls back its transaction).
+pub(crate) const CLOSE_SESSION: &str = "CloseSession";
+
+/// `arrow.flight.protocol.CloseSessionResult` (Flight's session management, which
+/// arrow-flight 58 does not generate).
+#[derive(Clone, PartialEq, prost::Message)]
+struct CloseSessionResult {
+    /// `CloseSessionResult.Status`: 1 = CLOSED.
+    #[prost(int32, tag = "1")]
+    status: i32,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The session a request belongs to: the [`SESSION_HEADER`] header when set, else the
+/// client's connection (peer address); `None` when neither is known.
+pub(crate) fn session_of<T>(request: &Request<T>) -> Option<SessionKey> {
+    if let Some(value) = request.metadata().get(SESSION_HEADER) {
+        if let Ok(value) = value.to_str() {
+            if !value.is_empty() {
+                return Some(SessionKey::Header(value.to_string()));
+            }
+        }
+    }
+    request.remote_addr().map(SessionKey::Peer)
+}
+
+/// Decodes a `CMD` descriptor's (or ticket's) protobuf `Any` into a Flight SQL command.
+///
+/// # Errors
+/// [`Error::BadRequest`] when the bytes are not a Flight SQL command.
+pub(crate) fn command(bytes: &[u8]) -> Result<Command, Error> {
+    let any = Any::decode(bytes).map_err(|e| Error::BadRequest {
+        reason: format!("the command is not a protobuf Any: {e}"),
+    })?;
+    Command::try_from(any).map_err(|e| Error::BadRequest {
+        reason: format!("the command cannot be decoded: {e}"),
+    })
+}
+
+/// Whether a `DoGet` ticket is a Flight SQL command (a protobuf `Any`, whose first byte is
+/// field 1's tag) rather than a table ticket (`ns.table` in `[A-Za-z0-9_.-]`).
+pub(crate) fn is_command_ticket(ticket: &[u8]) -> bool {
+    ticket.first() == Some(&0x0a)
+}
+
+/// What skade answers to `GetSqlInfo`: ingest and transactions supported, no SQL.
+///
+/// # Errors
+/// Arrow's error building the info batch (not expected).
+pub(crate) fn sql_info(svc: &Service) -> Result<SqlInfoData, Error> {
+    let timeout_ms = i32::try_from(svc.transactions.timeout().as_millis()).unwrap_or(i32::MAX);
+    let mut info = SqlInfoDataBuilder::new();
+    info.append(SqlInfo::FlightSqlServerName, "skade");
+    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+    info.append(SqlInfo::FlightSqlServerArrowVersion, "1.5.0");
+    info.append(SqlInfo::FlightSqlServerReadOnly, false);
+    info.append(SqlInfo::FlightSqlServerSql, false);
+    info.append(SqlInfo::FlightSqlServerSubstrait, false);
+    info.append(
+        SqlInfo::FlightSqlServerTransaction,
+        SqlSupportedTransaction::Transaction as i32,
+    );
+    info.append(SqlInfo::FlightSqlServerCancel, false);
+    info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
+    info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, true);
+    info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
+    info.append(SqlInfo::FlightSqlServerTransactionTimeout, timeout_ms);
+    info.build().map_err(|e| Error::BadRequest {
+        reason: format!("cannot build the SQL info: {e}"),
+    })
+}
+
+fn unsupported_command(command: &Command) -> Error {
+    Error::Unsupported {
+        what: format!(
+            "the Flight SQL command {} (skade serves GetSqlInfo, bulk ingest and \
+             transactions; read tables with a PATH descriptor or any Iceberg reader)",
+            command.type_url()
+        ),
+    }
+}
+
+/// `GetFlightInfo` on a `CMD` descriptor.
+///
+/// # Errors
+/// [`Error::BadRequest`] for bytes that are not a Flight SQL command,
+/// [`Error::Unsupported`] for a command other than `GetSqlInfo`.
+pub(crate) fn flight_info(
+    svc: &Service,
+    descriptor: &FlightDescriptor,
+) -> Result<FlightInfo, Error> {
+    match command(&descriptor.cmd)? {
+        Command::CommandGetSqlInfo(cmd) => {
+            let data = sql_info(svc)?;
+            let ticket = Ticket::new(cmd.as_any().encode_to_vec());
+            FlightInfo::new()
+                .try_with_schema(&data.schema())
+                .map_err(|e| Error::BadRequest {
+                    reason: format!("cannot encode the SQL info schema: {e}"),
+                })
+                .map(|info| {
+                    info.with_descriptor(descriptor.clone())
+                        .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+                        .with_total_records(-1)
+                        .with_total_bytes(-1)
+                })
+        }
+        other => Err(unsupported_command(&other)),
+    }
+}
+
+/// `DoGet` on a Flight SQL ticket (see [`is_command_ticket`]).
+///
+/// # Errors
+/// As [`flight_info`].
+pub(crate) fn do_get(svc: &Service, ticket: &[u8]) -> Result<DataStream, Error> {
+    match command(ticket)? {
+        Command::CommandGetSqlInfo(cmd) => get_sql_info(svc, cmd),
+        other => Err(unsupported_command(&other)),
+    }
+}
+
+fn get_sql_info(svc: &Service, cmd: CommandGetSqlInfo) -> Result<DataStream, Error> {
+    debug!(info = ?cmd.info, "GetSqlInfo");
+    let data = sql_info(svc)?;
+    let batch = cmd
+        .into_builder(&data)
+        .build()
+        .map_err(|e| Error::BadRequest {
+            reason: format!("cannot select the SQL info: {e}"),
+        })?;
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(data.schema())
+        .build(futures::stream::iter([Ok(batch)]))
+        .map_err(|e| Status::internal(format!("encoding the SQL info failed: {e}")));
+    Ok(Box::pin(stream))
+}
+
+/// The Flight SQL actions skade serves, for `ListActions`.
+pub(crate) fn action_types() -> Vec<ActionType> {
+    vec![
+        ActionType {
+            r#type: BEGIN_TRANSACTION.to_string(),
+            description: "Begin a transaction. Request: ActionBeginTransactionRequest; \
+                          result: ActionBeginTransactionResult"
+                .to_string(),
+        },
+        ActionType {
+            r#type: END_TRANSACTION.to_string(),
+            description: "Commit (all staged tables in one catalog transaction) or roll \
+                          back a transaction. Request: ActionEndTransactionRequest"
+                .to_string(),
+        },
+        ActionType {
+            r#type: CLOSE_SESSION.to_string(),
+            description: "Close the session: roll back its open transaction".to_string(),
+        },
+    ]
+}
+
+/// `DoAction`: `BeginTransaction`, `EndTransaction`, `CloseSession`.
+///
+/// # Errors
+/// [`Error::BadRequest`] for a body that does not decode; the transaction errors of
+/// [`super::txn::Transactions`]; [`Error::Unsupported`] for any other action.
+pub(crate) async fn do_action(
+    svc: &Service,
+    session: Option<SessionKey>,
+    action: Action,
+) -> Result<BoxStream<ActionResult>, Error> {
+    let result = |body: Vec<u8>| -> BoxStream<ActionResult> {
+        Box::pin(futures::stream::iter([Ok(ActionResult {
+            body: body.into(),
+        })]))
+    };
+    match action.r#type.as_str() {
+        BEGIN_TRANSACTION => {
+            if !action.body.is_empty() {
+                unpack::<ActionBeginTransactionRequest>(&action.body)?;
+            }
+            let id = svc.transactions.begin(session);
+            let reply = ActionBeginTransactionResult {
+                transaction_id: id.as_bytes().to_vec().into(),
+            };
+            Ok(result(reply.as_any().encode_to_vec()))
+        }
+        END_TRANSACTION => {
+            let request = unpack::<ActionEndTransactionRequest>(&action.body)?;
+            match EndTransaction::try_from(request.action) {
+                Ok(EndTransaction::Commit) => {
+                    svc.transactions
+                        .commit(svc, &request.transaction_id)
+                        .await?;
+                }
+                Ok(EndTransaction::Rollback) => {
+                    svc.transactions.rollback(&request.transaction_id).await?;
+                }
+                _ => {
+                    return Err(Error::BadRequest {
+                        reason: format!(
+                            "EndTransaction action {} is neither COMMIT (1) nor ROLLBACK (2)",
+                            request.action
+                        ),
+                    });
+                }
+            }
+            Ok(Box::pin(futures::stream::empty()))
+        }
+        CLOSE_SESSION => {
+            if let Some(session) = &session {
+                svc.transactions.close_session(session).await;
+            }
+            Ok(result(CloseSessionResult { status: 1 }.encode_to_vec()))
+        }
+        other => Err(Error::Unsupported {
+            what: format!("the action {other:?}"),
+        }),
+    }
+}
+
+fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M, Error> {
+    let bad = |why: String| Error::BadRequest {
+        reason: format!("the action body is not a {}: {why}", M::type_url()),
+    };
+    let any = Any::decode(body).map_err(|e| bad(e.to_string()))?;
+    any.unpack::<M>()
+        .map_err(|e| bad(e.to_string()))?
+        .ok_or_else(|| bad(format!("it holds a {}", any.type_url)))
+}
+
+/// What to do with a table that does not exist / that exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Definition {
+    create_missing: bool,
+    fail_if_exists: bool,
+}
+
+/// The table `cmd` names: `schema` is the namespace (dotted for nested ones, `default`
+/// when unset), `table` the table; `catalog` must be unset.
+fn ingest_target(cmd: &CommandStatementIngest) -> Result<(TableIdent, Definition), Error> {
+    if cmd.catalog.as_deref().is_some_and(|c| !c.is_empty()) {
+        return Err(Error::BadRequest {
+            reason: "skade has a single catalog: leave the ingest's catalog unset and name \
+                     the namespace as its schema"
+                .to_string(),
+        });
+    }
+    if cmd.temporary {
+        return Err(Error::Unsupported {
+            what: "temporary tables".to_string(),
+        });
+    }
+    let mut path: Vec<String> = match cmd.schema.as_deref() {
+        Some(schema) if !schema.is_empty() => schema.split('.').map(str::to_string).collect(),
+        _ => vec![names::DEFAULT_NAMESPACE.to_string()],
+    };
+    path.push(cmd.table.clone());
+    let ident = names::table_from_path(&path)?;
+    let definition = match cmd.table_definition_options {
+        None => Definition {
+            create_missing: true,
+            fail_if_exists: false,
+        },
+        Some(options) => {
+            let create_missing = match TableNotExistOption::try_from(options.if_not_exist) {
+                Ok(TableNotExistOption::Create) => true,
+                Ok(TableNotExistOption::Fail) => false,
+                _ => {
+                    return Err(Error::BadRequest {
+                        reason: format!(
+                            "table_definition_options.if_not_exist must be CREATE or FAIL, \
+                             got {}",
+                            options.if_not_exist
+                        ),
+                    });
+                }
+            };
+            let fail_if_exists = match TableExistsOption::try_from(options.if_exists) {
+                Ok(TableExistsOption::Append) => false,
+                Ok(TableExistsOption::Fail) => true,
+                Ok(TableExistsOption::Replace) => {
+                    return Err(Error::Unsupported {
+                        what: "if_exists = REPLACE (ADBC mode \"replace\"): skade only \
+                               appends; use mode \"create\", \"append\" or \"create_append\""
+                            .to_string(),
+                    });
+                }
+                _ => {
+                    return Err(Error::BadRequest {
+                        reason: format!(
+                            "table_definition_options.if_exists must be FAIL, APPEND or \
+                             REPLACE, got {}",
+                            options.if_exists
+                        ),
+                    });
+                }
+            };
+            Definition {
+                create_missing,
+                fail_if_exists,
+            }
+        }
+    };
+    Ok((ident, definition))
+}
+
+/// `DoPut` with `CommandStatementIngest`: runs the ingest to its end (in its own task, so
+/// a client that goes away mid-stream fails the ingest cleanly instead of leaving it half
+/// done) and returns the one `PutResult` carrying `DoPutUpdateResult { record_count }`.
+///
+/// # Errors
+/// Bad names or options, transaction errors, a schema mismatch naming the column,
+/// storage and catalog failures. A failed ingest in a transaction aborts the transaction:
+/// its staged files are deleted and only a rollback is accepted.
+pub(crate) async fn do_put(
+    svc: Arc<Service>,
+    session: Option<SessionKey>,
+    cmd: CommandStatementIngest,
+    batches: FlightRecordBatchStream,
+) -> Result<PutResult, Error> {
+    let task = tokio::spawn(async move { ingest(&svc, session, cmd, batches).await });
+    let rows = task.await.map_err(|e| Error::BadRequest {
+        reason: format!("the ingest task failed: {e}"),
+    })??;
+    let result = DoPutUpdateResult {
+        record_count: i64::try_from(rows).unwrap_or(i64::MAX),
+    };
+    // Plain (not `Any`-wrapped), as Flight SQL clients decode it.
+    Ok(PutResult {
+        app_metadata: result.encode_to_vec().into(),
+    })
+}
+
+async fn ingest(
+    svc: &Service,
+    session: Option<SessionKey>,
+    cmd: CommandStatementIngest,
+    batches: FlightRecordBatchStream,
+) -> Result<u64, Error> {
+    let (ident, definition) = ingest_target(&cmd)?;
+    let target = svc
+        .transactions
+        .target(cmd.transaction_id.as_deref(), session.as_ref())?;
+    match target {
+        Target::Txn(txn) => {
+            let mut state = txn.state.lock().await;
+            if let Some(reason) = &state.failure {
+                return Err(Error::TransactionAborted {
+                    reason: reason.clone(),
+                });
+            }
+            // Poisoned until the ingest finishes: a cancelled ingest cannot be committed.
+            state.failure = Some(format!("an ingest into {ident} did not finish"));
+            let result =
+                stream_into(svc, &mut state, &ident, definition, batches, Some(&txn)).await;
+            txn.touch();
+            match result {
+                Ok(rows) => {
+                    state.failure = None;
+                    info!(transaction = %txn.id, table = %ident, rows, "ingest staged");
+                    Ok(rows)
+                }
+                Err(e) => {
+                    warn!(transaction = %txn.id, table = %ident, error = %e, "ingest failed; transaction aborted");
+                    state.failure = Some(format!("the ingest into {ident} failed: {e}"));
+                    state.discard().await;
+                    Err(e)
+                }
+            }
+        }
+        Target::Autocommit => {
+            let mut state = TxnState::default();
+            let rows = match stream_into(svc, &mut state, &ident, definition, batches, None).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    state.discard().await;
+                    return Err(e);
+                }
+            };
+            state.commit(svc, LANE_STREAM).await?;
+            info!(table = %ident, rows, "ingest committed");
+            Ok(rows)
+        }
+    }
+}
+
+/// Reads the stream into `state`'s entry for `ident`, writing a data file every
+/// `--target-file-size` bytes. Returns the rows read.
+async fn stream_into(
+    svc: &Service,
+    state: &mut TxnState,
+    ident: &TableIdent,
+    definition: Definition,
+    mut batches: FlightRecordBatchStream,
+    txn: Option<&super::txn::Txn>,
+) -> Result<u64, Error> {
+    let limit = svc.config.max_message_size;
+    let mut next = batches
+        .next()
+        .await
+        .transpose()
+        .map_err(|e| flight_error(e, limit))?;
+    let schema = match (&next, batches.schema()) {
+        (Some(batch), _) => batch.schema(),
+        (None, Some(schema)) => schema.clone(),
+        (None, None) => {
+            return Err(Error::BadRequest {
+                reason: "the ingest stream carries no Arrow schema".to_string(),
+            });
+        }
+    };
+    resolve(svc, state, ident, definition, &schema).await?;
+    let props = WriteProps {
+        channel_depth: svc.config.channel_depth.get(),
+    };
+    let name = ident.to_string();
+    let mut group = Group::default();
+    let mut rows = 0u64;
+    loop {
+        let batch = match next.take() {
+            Some(batch) => batch,
+            None => match batches.next().await {
+                Some(batch) => batch.map_err(|e| flight_error(e, limit))?,
+                None => break,
+            },
+        };
+        if let Some(txn) = txn {
+            txn.touch();
+        }
+        let staged = staged_mut(state, ident)?;
+        let batch = write::conform_batch(&name, &batch, &staged.arrow)?;
+        debug!(table = %name, rows = batch.num_rows(), "ingest batch");
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        rows += batch.num_rows() as u64;
+        let bytes = batch_bytes(&batch);
+        let reservation = match svc.budget.try_reserve(bytes) {
+            Some(r) => r,
+            None => {
+                // Budget spent: write our own open group first (its bytes come back),
+                // then wait for room; waiting stops reading from the client.
+                group.flush(staged, &props).await?;
+                svc.budget.reserve(bytes).await
+            }
+        };
+        group.push(batch, bytes, reservation);
+        if group.bytes as u64 >= svc.config.target_file_size {
+            group.flush(staged, &props).await?;
+        }
+    }
+    group.flush(staged_mut(state, ident)?, &props).await?;
+    Ok(rows)
+}
+
+/// Batches gathered for one data file, and the budget they hold.
+#[derive(Default)]
+struct Group {
+    batches: Vec<RecordBatch>,
+    bytes: usize,
+    reservation: Option<Reservation>,
+}
+
+impl Group {
+    fn push(&mut self, batch: RecordBatch, bytes: usize, reservation: Reservation) {
+        match &mut self.reservation {
+            Some(held) => held.merge(reservation),
+            None => self.reservation = Some(reservation),
+        }
+        self.bytes += bytes;
+        self.batches.push(batch);
+    }
+
+    /// Encodes and writes the group as one data file of `staged` (staged, not visible).
+    async fn flush(&mut self, staged: &mut Staged, props: &WriteProps) -> Result<(), Error> {
+        if self.batches.is_empty() {
+            return Ok(());
+        }
+        let batches = std::mem::take(&mut self.batches);
+        let files =
+            write::encode_and_write_files(&staged.table, vec![batches], &mut staged.names, props)
+                .await?;
+        staged.files.extend(files);
+        self.bytes = 0;
+        self.reservation = None;
+        Ok(())
+    }
+}
+
+fn staged_mut<'a>(state: &'a mut TxnState, ident: &TableIdent) -> Result<&'a mut Staged, Error> {
+    state.table_mut(ident).ok_or_else(|| Error::BadRequest {
+        reason: format!("table {ident} is not staged in this transaction"),
+    })
+}
+
+/// Makes sure `state` has an entry for `ident`, applying the table definition options:
+/// an existing table (in the catalog or staged earlier in the transaction) is appended to
+/// or refused; a missing one is planned from `schema` (created by the commit) or refused.
+async fn resolve(
+    svc: &Service,
+    state: &mut TxnState,
+    ident: &TableIdent,
+    definition: Definition,
+    schema: &arrow_schema::SchemaRef,
+) -> Result<(), Error> {
+    let exists = |why: &str| {
+        Error::catalog(
+            ident,
+            iceberg::Error::new(
+                ErrorKind::TableAlreadyExists,
+                format!("table {ident} already exists{why} and if_exists is FAIL"),
+            ),
+        )
+    };
+    if state.table_mut(ident).is_some() {
+        if definition.fail_if_exists {
+            return Err(exists(" (written earlier in this transaction)"));
+        }
+        return Ok(());
+    }
+    let (table, create) = match svc.catalog.load_table(ident).await {
+        Ok(table) => {
+            if definition.fail_if_exists {
+                return Err(exists(""));
+            }
+            (table, false)
+        }
+        Err(e) if e.kind() == ErrorKind::TableNotFound => {
+            if !definition.create_missing {
+                return Err(Error::catalog(
+                    ident,
+                    iceberg::Error::new(
+                        ErrorKind::TableNotFound,
+                        format!("table {ident} does not exist and if_not_exist is FAIL"),
+                    ),
+                ));
+            }
+            let name = ident.to_string();
+            let creation = iceberg::TableCreation::builder()
+                .name(ident.name().to_string())
+                .schema(write::iceberg_schema_for(&name, schema)?)
+                .build();
+            let planned = svc
+                .catalog
+                .plan_table(ident, creation)
+                .map_err(|e| Error::catalog(ident, e))?;
+            (planned, true)
+        }
+        Err(e) => return Err(Error::catalog(ident, e)),
+    };
+    let arrow = write::table_arrow_schema(&table)?;
+    state.tables.push(Staged {
+        table,
+        create,
+        arrow,
+        names: FileNames::new(),
+        files: Vec::new(),
+    });
+    Ok(())
+}
+
+/// The bytes `batch`'s rows occupy (as the streaming put counts them).
+fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
+}
+
+/// Maps a decode-side Flight error to skade's error; a message over the size limit
+/// becomes `ResourceExhausted` naming the limit (as the streaming put does).
+fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
+    match e {
+        FlightError::Tonic(status)
+            if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
+        {
+            Error::Transport(Box::new(Status::resource_exhausted(format!(
+                "a message exceeds the server's limit of {limit_bytes} bytes \
+                 (--max-message-size): {}",
+                status.message()
+            ))))
+        }
+        FlightError::Tonic(status) => Error::Transport(status),
+        other => Error::Decode {
+            reason: other.to_string(),
+        },
+    }
+}

@@ -1,0 +1,539 @@
+//! Flight SQL transactions (SERVICE.md, Lane 2): the registry of open transactions, keyed
+//! by id and by the caller's session, and what ends them.
+//!
+//! A transaction holds, per table, data files already encoded and written (so memory stays
+//! bounded) and not yet visible. `EndTransaction(COMMIT)` makes every table's files ONE
+//! snapshot of that table, all tables in ONE redb write transaction
+//! ([`write::commit_staged`]); rollback, the idle timeout, a failed ingest or `CloseSession`
+//! make nothing visible and delete the staged files (best effort).
+//!
+//! Ids are random UUIDv4 bytes. The ADBC driver never sends its transaction id with an
+//! ingest, so each transaction is also registered under its session ([`SessionKey`]): an
+//! ingest without an id joins its session's transaction. A session stays tied to a
+//! transaction that failed or timed out until it rolls back, begins anew or closes, so an
+//! ingest after such a failure is an error, never a silent autocommit.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use arrow_schema::SchemaRef;
+use iceberg::TableIdent;
+use iceberg::spec::DataFile;
+use iceberg::table::Table;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::Service;
+use crate::error::Error;
+use crate::metrics::{self, Metrics};
+use crate::write::{self, FileNames, IngestStats, StagedTable};
+
+/// The gRPC header a client may set to name its session explicitly (e.g. with ADBC's
+/// `adbc.flight.sql.rpc.call_header.x-skade-session` database option). Without it the
+/// session is the client's connection (its peer address).
+pub const SESSION_HEADER: &str = "x-skade-session";
+
+/// How finished transactions are remembered (to answer "already committed" rather than
+/// "unknown"): at least this long, and at least the transaction timeout.
+const FINISHED_RETENTION: Duration = Duration::from_secs(600);
+
+/// What ties requests to one client session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SessionKey {
+    /// The value of the [`SESSION_HEADER`] header.
+    Header(String),
+    /// The client's connection: its peer address.
+    Peer(SocketAddr),
+}
+
+impl std::fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionKey::Header(value) => write!(f, "header:{value}"),
+            SessionKey::Peer(addr) => write!(f, "peer:{addr}"),
+        }
+    }
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `EndTransaction` or a timeout is ending it right now.
+    Ending,
+    /// Committed: its tables are visible.
+    Committed,
+    /// Rolled back by the client (`EndTransaction(ROLLBACK)` or `CloseSession`).
+    RolledBack,
+    /// Rolled back after being idle longer than `--transaction-timeout`.
+    TimedOut,
+    /// An ingest or the commit failed; nothing of it is visible.
+    Failed(String),
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Ending => write!(f, "is being ended"),
+            Outcome::Committed => write!(f, "was committed"),
+            Outcome::RolledBack => write!(f, "was rolled back"),
+            Outcome::TimedOut => write!(f, "was rolled back after its idle timeout"),
+            Outcome::Failed(reason) => write!(f, "failed and was rolled back ({reason})"),
+        }
+    }
+}
+
+/// One table's part of a transaction.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    /// The table's base handle, or its planned handle when `create` is set.
+    pub(crate) table: Table,
+    /// Whether the commit creates the table.
+    pub(crate) create: bool,
+    /// The Arrow schema batches are conformed to.
+    pub(crate) arrow: SchemaRef,
+    /// Names the transaction's files of this table in write order.
+    pub(crate) names: FileNames,
+    /// Files written and not yet visible.
+    pub(crate) files: Vec<DataFile>,
+}
+
+/// The staged contents of a transaction (or of one autocommit ingest).
+#[derive(Debug, Default)]
+pub(crate) struct TxnState {
+    /// Tables in the order they were first ingested into.
+    pub(crate) tables: Vec<Staged>,
+    /// Set when an ingest failed or did not finish: the transaction can only roll back.
+    pub(crate) failure: Option<String>,
+}
+
+impl TxnState {
+    /// The staged entry of `ident`.
+    pub(crate) fn table_mut(&mut self, ident: &TableIdent) -> Option<&mut Staged> {
+        self.tables
+            .iter_mut()
+            .find(|s| s.table.identifier() == ident)
+    }
+
+    /// Deletes every staged data file (best effort) and forgets them.
+    pub(crate) async fn discard(&mut self) {
+        for staged in self.tables.drain(..) {
+            let file_io = staged.table.file_io();
+            for file in &staged.files {
+                if let Err(e) = file_io.delete(file.file_path()).await {
+                    warn!(path = file.file_path(), error = %e, "cannot delete a staged data file");
+                }
+            }
+            if staged.create {
+                // A planned table owns its directories only while they are empty.
+                let location = std::path::Path::new(staged.table.metadata().location());
+                let _ = std::fs::remove_dir(location.join("data"));
+                let _ = std::fs::remove_dir(location.join("metadata"));
+                let _ = std::fs::remove_dir(location);
+            }
+        }
+    }
+
+    /// Commits every staged table in ONE redb write transaction and records the commit
+    /// on `lane`. A failed commit deletes the staged files when the catalog says nothing
+    /// was committed (a conflict, a table created meanwhile, a rejected update).
+    pub(crate) async fn commit(
+        &mut self,
+        svc: &Service,
+        lane: &str,
+    ) -> Result<(Vec<Table>, IngestStats), Error> {
+        if let Some(reason) = &self.failure {
+            return Err(Error::TransactionAborted {
+                reason: reason.clone(),
+            });
+        }
+        let staged: Vec<StagedTable> = self
+            .tables
+            .iter()
+            .map(|s| StagedTable {
+                table: s.table.clone(),
+                create: s.create,
+                data_files: s.files.clone(),
+            })
+            .collect();
+        let started = Instant::now();
+        match write::commit_staged(&svc.catalog, staged, write::COMMIT_RETRIES).await {
+            Ok((tables, stats)) => {
+                let seconds = started.elapsed().as_secs_f64();
+                if stats.commits > 0 {
+                    let per_table: Vec<(String, IngestStats)> = self
+                        .tables
+                        .iter()
+                        .map(|s| {
+                            let mut one = IngestStats::default();
+                            if !s.files.is_empty() {
+                                one.add_commit(&s.files);
+                            }
+                            (s.table.identifier().to_string(), one)
+                        })
+                        .collect();
+                    svc.metrics.record_tables_commit(lane, &per_table, seconds);
+                    info!(
+                        tables = self.tables.len(),
+                        rows = stats.rows,
+                        files = stats.files,
+                        bytes = stats.bytes,
+                        seconds,
+                        lane,
+                        "committed"
+                    );
+                }
+                self.tables.clear();
+                Ok((tables, stats))
+            }
+            Err(e) => {
+                let nothing_committed = matches!(
+                    &e,
+                    write::WriteError::Catalog { source, .. }
+                        if matches!(
+                            source.kind(),
+                            iceberg::ErrorKind::CatalogCommitConflicts
+                                | iceberg::ErrorKind::TableAlreadyExists
+                                | iceberg::ErrorKind::TableNotFound
+                                | iceberg::ErrorKind::DataInvalid
+                        )
+                ) || matches!(&e, write::WriteError::RepeatedTable { .. });
+                if nothing_committed {
+                    self.discard().await;
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// One open transaction.
+#[derive(Debug)]
+pub(crate) struct Txn {
+    /// Its id (the bytes clients send back).
+    pub(crate) id: Uuid,
+    session: Option<SessionKey>,
+    /// Its staged tables. An ingest holds the lock for its whole stream, so ingests into
+    /// one transaction run one after the other and `EndTransaction` waits for them.
+    pub(crate) state: tokio::sync::Mutex<TxnState>,
+    last_active: Mutex<Instant>,
+}
+
+impl Txn {
+    /// Records activity (resets the idle timeout).
+    pub(crate) fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.last_active).elapsed()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    open: HashMap<Uuid, Arc<Txn>>,
+    finished: HashMap<Uuid, (Outcome, Instant)>,
+    sessions: HashMap<SessionKey, Uuid>,
+}
+
+/// Every transaction of one server.
+#[derive(Debug)]
+pub struct Transactions {
+    registry: Mutex<Registry>,
+    timeout: Duration,
+    active: prometheus::IntGauge,
+}
+
+/// What an ingest runs in.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// An open transaction.
+    Txn(Arc<Txn>),
+    /// No transaction: commit when the ingest ends.
+    Autocommit,
+}
+
+impl Transactions {
+    /// An empty registry whose transactions roll back after `timeout` without activity,
+    /// counted on `metrics`' `skade_transactions_active` gauge.
+    pub fn new(timeout: Duration, metrics: &Metrics) -> Self {
+        Self {
+            registry: Mutex::new(Registry::default()),
+            timeout,
+            active: metrics.transactions_active.clone(),
+        }
+    }
+
+    /// The idle timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Open transactions right now.
+    pub fn open_count(&self) -> usize {
+        lock(&self.registry).open.len()
+    }
+
+    /// Opens a transaction and makes it `session`'s current one; returns its id.
+    pub(crate) fn begin(&self, session: Option<SessionKey>) -> Uuid {
+        let id = Uuid::new_v4();
+        let txn = Arc::new(Txn {
+            id,
+            session: session.clone(),
+            state: tokio::sync::Mutex::new(TxnState::default()),
+            last_active: Mutex::new(Instant::now()),
+        });
+        let mut registry = lock(&self.registry);
+        registry.open.insert(id, txn);
+        if let Some(session) = &session {
+            registry.sessions.insert(session.clone(), id);
+        }
+        self.active.set(registry.open.len() as i64);
+        info!(transaction = %id, session = ?session.as_ref().map(ToString::to_string), "transaction begun");
+        id
+    }
+
+    /// The open transaction `id`.
+    ///
+    /// # Errors
+    /// [`Error::TransactionEnded`] for a finished one, [`Error::NoTransaction`] for an id
+    /// this server never gave out (or forgot long ago).
+    pub(crate) fn get(&self, id: &[u8]) -> Result<Arc<Txn>, Error> {
+        let Ok(id) = Uuid::from_slice(id) else {
+            return Err(Error::NoTransaction {
+                id: format!("{id:02x?}"),
+            });
+        };
+        let registry = lock(&self.registry);
+        lookup(&registry, id)
+    }
+
+    /// What an ingest with `transaction_id` (if any) from `session` runs in: the given
+    /// transaction, else the session's current one, else an autocommit.
+    ///
+    /// # Errors
+    /// As [`Self::get`]; for an ingest without an id, [`Error::TransactionEnded`] when the
+    /// session's transaction failed or timed out and was not rolled back yet.
+    pub(crate) fn target(
+        &self,
+        transaction_id: Option<&[u8]>,
+        session: Option<&SessionKey>,
+    ) -> Result<Target, Error> {
+        if let Some(id) = transaction_id {
+            return self.get(id).map(Target::Txn);
+        }
+        let registry = lock(&self.registry);
+        match session.and_then(|s| registry.sessions.get(s)) {
+            Some(id) => lookup(&registry, *id).map(Target::Txn),
+            None => Ok(Target::Autocommit),
+        }
+    }
+
+    /// Takes `id` out of the open set for ending it; later lookups see it as ending.
+    ///
+    /// # Errors
+    /// As [`Self::get`].
+    fn take(&self, id: Uuid) -> Result<Arc<Txn>, Error> {
+        let mut registry = lock(&self.registry);
+        let txn = lookup(&registry, id)?;
+        registry.open.remove(&id);
+        registry
+            .finished
+            .insert(id, (Outcome::Ending, Instant::now()));
+        self.active.set(registry.open.len() as i64);
+        Ok(txn)
+    }
+
+    /// Records how `txn` ended. A commit or rollback frees its session for autocommit
+    /// again; a failure or timeout keeps the session tied to it until the client rolls
+    /// back, begins anew or closes the session.
+    fn finish(&self, txn: &Txn, outcome: Outcome) {
+        let mut registry = lock(&self.registry);
+        if matches!(outcome, Outcome::Committed | Outcome::RolledBack) {
+            release_session(&mut registry, txn.session.as_ref(), txn.id);
+        }
+        registry.finished.insert(txn.id, (outcome, Instant::now()));
+    }
+
+    /// `EndTransaction(COMMIT)`: every staged table becomes visible in ONE redb write
+    /// transaction. Waits for ingests still running in the transaction.
+    ///
+    /// # Errors
+    /// [`Error::NoTransaction`]/[`Error::TransactionEnded`] for an id that is not open;
+    /// [`Error::TransactionAborted`] when an ingest of it failed; the commit's error (e.g.
+    /// `Aborted` for a conflict that outlasted the re-stages). The transaction is over
+    /// either way, and nothing of a failed one is visible.
+    pub(crate) async fn commit(&self, svc: &Service, id: &[u8]) -> Result<IngestStats, Error> {
+        let uuid = Uuid::from_slice(id).map_err(|_| Error::NoTransaction {
+            id: format!("{id:02x?}"),
+        })?;
+        let txn = self.take(uuid)?;
+        let mut state = txn.state.lock().await;
+        match state.commit(svc, metrics::LANE_MULTI).await {
+            Ok((_, stats)) => {
+                self.finish(&txn, Outcome::Committed);
+                info!(transaction = %txn.id, rows = stats.rows, "transaction committed");
+                Ok(stats)
+            }
+            Err(e) => {
+                self.finish(&txn, Outcome::Failed(e.to_string()));
+                warn!(transaction = %txn.id, error = %e, "transaction commit failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// `EndTransaction(ROLLBACK)`: nothing becomes visible; staged files are deleted.
+    /// Rolling back a transaction that already failed or timed out succeeds (and frees its
+    /// session).
+    ///
+    /// # Errors
+    /// [`Error::NoTransaction`] for an unknown id; [`Error::TransactionEnded`] for one
+    /// that was committed or rolled back already.
+    pub(crate) async fn rollback(&self, id: &[u8]) -> Result<(), Error> {
+        let uuid = Uuid::from_slice(id).map_err(|_| Error::NoTransaction {
+            id: format!("{id:02x?}"),
+        })?;
+        {
+            let mut registry = lock(&self.registry);
+            if let Some((outcome, _)) = registry.finished.get(&uuid).cloned() {
+                if matches!(outcome, Outcome::Failed(_) | Outcome::TimedOut) {
+                    let session = registry
+                        .sessions
+                        .iter()
+                        .find(|(_, v)| **v == uuid)
+                        .map(|(k, _)| k.clone());
+                    release_session(&mut registry, session.as_ref(), uuid);
+                    return Ok(());
+                }
+            }
+        }
+        let txn = self.take(uuid)?;
+        self.roll_back(&txn, Outcome::RolledBack).await;
+        Ok(())
+    }
+
+    async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
+        let mut state = txn.state.lock().await;
+        state.discard().await;
+        info!(transaction = %txn.id, outcome = %outcome, "transaction rolled back");
+        self.finish(txn, outcome);
+    }
+
+    /// `CloseSession`: rolls back every open transaction of `session` and forgets it.
+    pub(crate) async fn close_session(&self, session: &SessionKey) {
+        let txns: Vec<Arc<Txn>> = {
+            let mut registry = lock(&self.registry);
+            registry.sessions.remove(session);
+            let ids: Vec<Uuid> = registry
+                .open
+                .values()
+                .filter(|t| t.session.as_ref() == Some(session))
+                .map(|t| t.id)
+                .collect();
+            ids.iter()
+                .filter_map(|id| {
+                    let txn = registry.open.remove(id)?;
+                    registry
+                        .finished
+                        .insert(*id, (Outcome::Ending, Instant::now()));
+                    Some(txn)
+                })
+                .collect()
+        };
+        self.active.set(self.open_count() as i64);
+        for txn in txns {
+            self.roll_back(&txn, Outcome::RolledBack).await;
+            // Closed sessions are not tied to anything any more.
+            release_session(&mut lock(&self.registry), Some(session), txn.id);
+        }
+    }
+
+    /// Rolls back every transaction idle longer than the timeout (one running an ingest
+    /// is not idle) and forgets old finished ones.
+    async fn reap(&self) {
+        let expired: Vec<Arc<Txn>> = {
+            let mut registry = lock(&self.registry);
+            let ids: Vec<Uuid> = registry
+                .open
+                .values()
+                .filter(|t| t.idle_for() >= self.timeout && t.state.try_lock().is_ok())
+                .map(|t| t.id)
+                .collect();
+            let expired = ids
+                .iter()
+                .filter_map(|id| {
+                    let txn = registry.open.remove(id)?;
+                    registry
+                        .finished
+                        .insert(*id, (Outcome::Ending, Instant::now()));
+                    Some(txn)
+                })
+                .collect();
+            let keep = FINISHED_RETENTION.max(self.timeout);
+            registry
+                .finished
+                .retain(|_, (outcome, at)| *outcome == Outcome::Ending || at.elapsed() < keep);
+            let Registry {
+                open,
+                finished,
+                sessions,
+            } = &mut *registry;
+            sessions.retain(|_, id| open.contains_key(id) || finished.contains_key(id));
+            self.active.set(registry.open.len() as i64);
+            expired
+        };
+        for txn in expired {
+            warn!(transaction = %txn.id, timeout = ?self.timeout, "transaction idle too long");
+            self.roll_back(&txn, Outcome::TimedOut).await;
+        }
+    }
+
+    /// Runs the idle-timeout reaper until the service is dropped: it checks every quarter
+    /// of the timeout (between 10 ms and 1 s).
+    pub fn spawn_reaper(svc: Weak<Service>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                let tick = match svc.upgrade() {
+                    Some(svc) => {
+                        svc.transactions.reap().await;
+                        (svc.transactions.timeout / 4)
+                            .clamp(Duration::from_millis(10), Duration::from_secs(1))
+                    }
+                    None => return,
+                };
+                tokio::time::sleep(tick).await;
+            }
+        })
+    }
+}
+
+fn lookup(registry: &Registry, id: Uuid) -> Result<Arc<Txn>, Error> {
+    if let Some(txn) = registry.open.get(&id) {
+        txn.touch();
+        return Ok(txn.clone());
+    }
+    match registry.finished.get(&id) {
+        Some((outcome, _)) => Err(Error::TransactionEnded {
+            id: id.to_string(),
+            outcome: outcome.to_string(),
+        }),
+        None => Err(Error::NoTransaction { id: id.to_string() }),
+    }
+}
+
+fn release_session(registry: &mut Registry, session: Option<&SessionKey>, id: Uuid) {
+    if let Some(session) = session {
+        if registry.sessions.get(session) == Some(&id) {
+            registry.sessions.remove(session);
+        }
+    }
+}
+
+/// Locks a std mutex; a poisoned one is still usable (the registry stays consistent
+/// because every critical section is panic-free bookkeeping).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
