@@ -204,7 +204,9 @@ async fn repeated_ident_and_empty_batch_write_nothing() {
 }
 
 /// The case that breaks naive optimistic checks: concurrent first commits into a table
-/// with no snapshot yet. Every commit that returned Ok must be visible.
+/// with no snapshot yet. Every commit must succeed and be visible. RED once: without the
+/// per-table commit lock, 8 racing commits exhausted iceberg's 4 retries and some
+/// returned `CatalogCommitConflicts`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_first_commits_lose_no_rows() {
     let f = open();
@@ -225,7 +227,7 @@ async fn concurrent_first_commits_lose_no_rows() {
             ok += 1;
         }
     }
-    assert!(ok >= 1);
+    assert_eq!(ok, 8, "every concurrent commit lands");
     assert_eq!(row_count(c, "fresh").await, ok * 7);
     assert_eq!(snapshots(c, "fresh").await, ok);
 }

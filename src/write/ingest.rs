@@ -1,5 +1,8 @@
 //! The single-table ingest lanes: encode on all cores, write, commit one snapshot.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
 use arrow_array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::Catalog;
@@ -162,8 +165,33 @@ pub async fn write_file(
     })
 }
 
+/// The lock that serializes this process's commits to the table with `uuid`.
+///
+/// Snapshot history is linear, so commits to one table cannot run in parallel anyway;
+/// taking turns in-process means concurrent streams into one table never race on the
+/// catalog's compare-and-swap (and never exhaust iceberg's retries or write manifests
+/// that a lost race throws away). Commits from elsewhere are still caught by the
+/// catalog's compare-and-swap and retried.
+pub fn table_commit_lock(uuid: uuid::Uuid) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: LazyLock<Mutex<HashMap<uuid::Uuid, Weak<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(Default::default);
+    let mut locks = LOCKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(lock) = locks.get(&uuid).and_then(Weak::upgrade) {
+        return lock;
+    }
+    if locks.len() >= 1024 {
+        locks.retain(|_, lock| lock.strong_count() > 0);
+    }
+    let lock = Arc::new(tokio::sync::Mutex::new(()));
+    locks.insert(uuid, Arc::downgrade(&lock));
+    lock
+}
+
 /// Commits `data_files` to `table` as one fast append (one snapshot, one catalog commit).
-/// A concurrent commit to the same table makes iceberg rebase and retry (the catalog's
+/// Commits to one table from this process take turns ([`table_commit_lock`]); a
+/// concurrent commit from elsewhere makes iceberg rebase and retry (the catalog's
 /// conflicts are retryable).
 ///
 /// # Errors
@@ -177,6 +205,8 @@ pub async fn commit_files(
     table: &Table,
     data_files: Vec<DataFile>,
 ) -> Result<Table, WriteError> {
+    let lock = table_commit_lock(table.metadata().uuid());
+    let _turn = lock.lock().await;
     let tx = Transaction::new(table);
     let tx = tx
         .fast_append()

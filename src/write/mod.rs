@@ -18,7 +18,8 @@ pub mod stage;
 pub use budget::{MemoryBudget, Reservation};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use ingest::{
-    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, write_file, write_files,
+    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
+    write_file, write_files,
 };
 pub use multi::{COMMIT_RETRIES, StagedTable, commit_staged, encode_and_write_files, ingest_multi};
 pub use pipeline::{
