@@ -11,6 +11,7 @@ pub mod flight;
 pub mod http;
 pub mod metrics;
 pub mod read;
+pub mod rest;
 pub mod write;
 
 /// skade's own protobuf messages (`proto/skade/v1/skade.proto`).
@@ -146,7 +147,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
 
     let (http_stop, http_stopped) = oneshot::channel::<()>();
-    let app = http::router(Arc::new(metrics));
+    let app = http::router(Arc::new(metrics), service.catalog.clone());
     let http_task = tokio::spawn(async move {
         axum::serve(metrics_listener, app)
             .with_graceful_shutdown(async {

@@ -20,7 +20,8 @@ pub(crate) type DataStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status
 
 /// The `FlightInfo` of `ident`: its Arrow schema, row count and Parquet bytes at the
 /// current snapshot (from the snapshot summary's `total-records` / `total-files-size`),
-/// and one endpoint whose ticket `DoGet` accepts.
+/// one endpoint whose ticket `DoGet` accepts, and as `app_metadata` the UTF-8 path of the
+/// current metadata JSON (the catalog's pointer), for handing to any Iceberg reader.
 ///
 /// # Errors
 /// `NotFound` for an unknown table; `Internal` for unreadable metadata.
@@ -51,7 +52,8 @@ fn info_of(table: &Table) -> Result<FlightInfo, Error> {
         .with_descriptor(FlightDescriptor::new_path(names::path_of(ident)))
         .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(names::ticket_of(ident))))
         .with_total_records(summary_total("total-records"))
-        .with_total_bytes(summary_total("total-files-size"));
+        .with_total_bytes(summary_total("total-files-size"))
+        .with_app_metadata(table.metadata_location().unwrap_or_default().to_string());
     Ok(info)
 }
 
