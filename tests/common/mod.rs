@@ -69,6 +69,12 @@ impl TestServer {
         http_get(self.running.metrics_addr, path).await
     }
 
+    /// Sends a body-less `method` request for `path` to the metrics address; returns the
+    /// status and the body.
+    pub async fn http_request(&self, method: &str, path: &str) -> (u16, String) {
+        http_request(self.running.metrics_addr, method, path).await
+    }
+
     /// Shuts the server down and returns the temp dir for a restart.
     pub async fn stop(self) -> Arc<tempfile::TempDir> {
         self.running
@@ -81,11 +87,16 @@ impl TestServer {
 
 /// A minimal HTTP/1.0 GET over a TCP stream.
 pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path).await
+}
+
+/// A minimal body-less HTTP/1.0 request over a TCP stream.
+pub async fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect http");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("read");
