@@ -67,13 +67,43 @@ fn normalize_type(data_type: &DataType) -> DataType {
     }
 }
 
+/// Checks that an incoming column of Arrow type `from` holds the Iceberg type of the
+/// table's column (Arrow type `to`): the same primitive type (so `utf8`/`large_utf8`/
+/// dictionary of strings all fit a string column, any time zone fits a `timestamptz`
+/// column), or a lossless widening Iceberg allows (int → long, float → double). Nested
+/// columns are left to the cast.
+fn same_iceberg_type(from: &DataType, to: &DataType) -> Result<(), String> {
+    use iceberg::arrow::arrow_type_to_type;
+    use iceberg::spec::{PrimitiveType as P, Type};
+    let from = normalize_type(from);
+    if from.is_nested() || to.is_nested() {
+        return Ok(());
+    }
+    let have = arrow_type_to_type(&from).map_err(|e| format!("unsupported type {from}: {e}"))?;
+    let want = arrow_type_to_type(to).map_err(|e| format!("unsupported table type {to}: {e}"))?;
+    let fits = match (&have, &want) {
+        (Type::Primitive(a), Type::Primitive(b)) => {
+            a == b || matches!((a, b), (P::Int, P::Long) | (P::Float, P::Double))
+        }
+        _ => false,
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "the table's column is {want}, the batch sends {have} (Arrow {from})"
+        ))
+    }
+}
+
 /// Rebuilds `batch` with the table's Arrow schema `target` (which carries the
 /// `PARQUET:field_id` metadata the encoder needs).
 ///
 /// # Errors
 /// [`WriteError::Schema`] naming the column when: a column of `batch` is not in the table;
-/// a required table column is missing; a value cannot be cast to the table's type without
-/// loss; a non-nullable column holds nulls; a column name repeats.
+/// a required table column is missing; a column's Iceberg type differs from the table's
+/// (other than int → long, float → double); a value cannot be cast without loss; a
+/// non-nullable column holds nulls; a column name repeats.
 pub fn conform_batch(
     table: &str,
     batch: &RecordBatch,
@@ -103,6 +133,8 @@ pub fn conform_batch(
         let column = match incoming.index_of(field.name()) {
             Ok(i) => {
                 let source = batch.column(i);
+                same_iceberg_type(source.data_type(), field.data_type())
+                    .map_err(|reason| err(field.name(), reason))?;
                 if source.data_type() == field.data_type() {
                     source.clone()
                 } else {
