@@ -58,12 +58,11 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 /// The session a request belongs to: the [`SESSION_HEADER`] header when set, else the
 /// client's connection (peer address); `None` when neither is known.
 pub(crate) fn session_of<T>(request: &Request<T>) -> Option<SessionKey> {
-    if let Some(value) = request.metadata().get(SESSION_HEADER) {
-        if let Ok(value) = value.to_str() {
-            if !value.is_empty() {
-                return Some(SessionKey::Header(value.to_string()));
-            }
-        }
+    if let Some(value) = request.metadata().get(SESSION_HEADER)
+        && let Ok(value) = value.to_str()
+        && !value.is_empty()
+    {
+        return Some(SessionKey::Header(value.to_string()));
     }
     request.remote_addr().map(SessionKey::Peer)
 }

@@ -398,16 +398,16 @@ impl Transactions {
         })?;
         {
             let mut registry = lock(&self.registry);
-            if let Some((outcome, _)) = registry.finished.get(&uuid).cloned() {
-                if matches!(outcome, Outcome::Failed(_) | Outcome::TimedOut) {
-                    let session = registry
-                        .sessions
-                        .iter()
-                        .find(|(_, v)| **v == uuid)
-                        .map(|(k, _)| k.clone());
-                    release_session(&mut registry, session.as_ref(), uuid);
-                    return Ok(());
-                }
+            if let Some((outcome, _)) = registry.finished.get(&uuid).cloned()
+                && matches!(outcome, Outcome::Failed(_) | Outcome::TimedOut)
+            {
+                let session = registry
+                    .sessions
+                    .iter()
+                    .find(|(_, v)| **v == uuid)
+                    .map(|(k, _)| k.clone());
+                release_session(&mut registry, session.as_ref(), uuid);
+                return Ok(());
             }
         }
         let txn = self.take(uuid)?;
@@ -525,10 +525,10 @@ fn lookup(registry: &Registry, id: Uuid) -> Result<Arc<Txn>, Error> {
 }
 
 fn release_session(registry: &mut Registry, session: Option<&SessionKey>, id: Uuid) {
-    if let Some(session) = session {
-        if registry.sessions.get(session) == Some(&id) {
-            registry.sessions.remove(session);
-        }
+    if let Some(session) = session
+        && registry.sessions.get(session) == Some(&id)
+    {
+        registry.sessions.remove(session);
     }
 }
 
