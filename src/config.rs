@@ -73,6 +73,11 @@ pub struct IngestConfig {
     #[arg(long, env = "SKADE_TRANSACTION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub transaction_timeout: Duration,
 
+    /// On SIGTERM/SIGINT, how long open streams get to commit what they have read before
+    /// the process exits anyway (e.g. `30s`).
+    #[arg(long, env = "SKADE_SHUTDOWN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub shutdown_timeout: Duration,
+
     /// Largest gRPC message accepted or sent (e.g. `64MiB`); larger ones get
     /// `ResourceExhausted`.
     #[arg(long, env = "SKADE_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]

@@ -64,6 +64,15 @@ pub enum Error {
         /// What was asked for.
         what: String,
     },
+    /// The server is shutting down: the stream's rows read so far are committed (and
+    /// acked); the rest was not read.
+    #[error(
+        "skade is shutting down: this stream's first {committed_rows} rows are committed and acked; send the rest again"
+    )]
+    ShuttingDown {
+        /// Rows of the stream committed before it ended.
+        committed_rows: u64,
+    },
     /// The transport reported an error (e.g. a message over the size limit).
     #[error("{0}")]
     Transport(Box<Status>),
@@ -107,6 +116,7 @@ impl Error {
             Error::TransactionEnded { .. } => Code::FailedPrecondition,
             Error::TransactionAborted { .. } => Code::Aborted,
             Error::Unsupported { .. } => Code::Unimplemented,
+            Error::ShuttingDown { .. } => Code::Unavailable,
             Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, self.to_string())

@@ -74,20 +74,38 @@ pub struct Running {
     /// The service state (catalog, metrics).
     pub service: Arc<Service>,
     shutdown: Vec<oneshot::Sender<()>>,
+    shutdown_timeout: std::time::Duration,
     tasks: Vec<JoinHandle<Result<(), StartError>>>,
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight RPCs finish, and waits for both servers to end.
+    /// Stops accepting, ends every open streaming put (each commits what it has read
+    /// and ends with `Unavailable`), waits up to `--shutdown-timeout` for them, then stops
+    /// both servers.
     ///
     /// # Errors
     /// A server task's failure.
     pub async fn shutdown_and_wait(mut self) -> Result<(), StartError> {
+        self.service.shutdown.cancel();
         for tx in self.shutdown.drain(..) {
             let _ = tx.send(());
         }
+        self.service.puts.close();
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        if tokio::time::timeout_at(deadline, self.service.puts.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open_puts = self.service.puts.len(),
+                "shutdown timeout: abandoning open puts (their un-acked rows are not committed)"
+            );
+        }
         for task in self.tasks.drain(..) {
-            task.await.map_err(|e| StartError::Serve(e.to_string()))??;
+            match tokio::time::timeout_at(deadline, task).await {
+                Ok(joined) => joined.map_err(|e| StartError::Serve(e.to_string()))??,
+                Err(_) => tracing::warn!("shutdown timeout: a server did not stop in time"),
+            }
         }
         Ok(())
     }
@@ -118,6 +136,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config: config.ingest.clone(),
         budget: write::MemoryBudget::new(config.ingest.memory_budget),
         transactions: flight::txn::Transactions::new(config.ingest.transaction_timeout, &metrics),
+        shutdown: tokio_util::sync::CancellationToken::new(),
+        puts: tokio_util::task::TaskTracker::new(),
     });
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
 
@@ -162,6 +182,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics_addr,
         service,
         shutdown: vec![flight_stop, http_stop],
+        shutdown_timeout: config.ingest.shutdown_timeout,
         tasks: vec![flight_task, http_task],
     })
 }

@@ -22,6 +22,8 @@ use arrow_flight::{
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info_span, warn};
 
@@ -44,6 +46,11 @@ pub struct Service {
     pub budget: MemoryBudget,
     /// Open and recently finished Flight SQL transactions.
     pub transactions: txn::Transactions,
+    /// Cancelled when the server starts shutting down: streaming puts stop reading,
+    /// commit what they have and end with `Unavailable`.
+    pub shutdown: CancellationToken,
+    /// The streaming-put tasks, so shutdown can wait for them.
+    pub puts: TaskTracker,
 }
 
 /// The tonic `FlightService` over a shared [`Service`].
@@ -242,7 +249,7 @@ impl FlightService for SkadeFlight {
         let span = info_span!("do_put", table = %ident);
         self.svc.metrics.put_streams_active.inc();
         let guard = StreamGuard(self.svc.metrics.put_streams_active.clone());
-        tokio::spawn(
+        self.svc.puts.spawn(
             async move {
                 let _guard = guard;
                 if let Err(e) = put::run(&this.svc, ident, batches, tx.clone()).await {

@@ -88,9 +88,14 @@ pub(crate) async fn run(
         if let Some(batch) = first {
             reader.push(batch).await?;
         }
+        let mut stopped = false;
         loop {
             let deadline = reader.deadline;
             tokio::select! {
+                _ = svc.shutdown.cancelled(), if !stopped => {
+                    stopped = true;
+                    break;
+                }
                 next = batches.next() => match next {
                     Some(batch) => reader.push(batch.map_err(|e| flight_error(e, limit))?).await?,
                     None => break,
@@ -101,7 +106,7 @@ pub(crate) async fn run(
             }
         }
         reader.cut(false).await?;
-        Ok::<(), Error>(())
+        Ok::<bool, Error>(stopped)
         // `reader` drops here, closing the segment channel: the pipeline drains and
         // commits the rest.
     };
@@ -138,7 +143,12 @@ pub(crate) async fn run(
         .await;
         result.map_err(Error::from)
     };
-    let ((), (table, stats)) = tokio::try_join!(read, pipeline)?;
+    let (stopped, (table, stats)) = tokio::try_join!(read, pipeline)?;
+    if stopped {
+        return Err(Error::ShuttingDown {
+            committed_rows: stats.rows,
+        });
+    }
     // The final ack names this stream's last snapshot (0 when it committed nothing).
     let last_snapshot = table
         .metadata()
