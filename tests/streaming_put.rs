@@ -24,7 +24,19 @@ async fn open_put(
     mpsc::UnboundedReceiver<Result<CommitAck, tonic::Status>>,
     tokio::task::JoinHandle<()>,
 ) {
-    let mut client = server.client().await;
+    open_put_via(server.running.flight_addr, path).await
+}
+
+/// As [`open_put`], connecting to `addr` (e.g. a relay in front of the server).
+async fn open_put_via(
+    addr: std::net::SocketAddr,
+    path: &[&str],
+) -> (
+    mpsc::Sender<arrow_array::RecordBatch>,
+    mpsc::UnboundedReceiver<Result<CommitAck, tonic::Status>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut client = common::client_at(addr).await;
     let (batch_tx, batch_rx) = mpsc::channel(4);
     let (ack_tx, ack_rx) = mpsc::unbounded_channel();
     let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
@@ -108,7 +120,8 @@ async fn disconnect_mid_stream_keeps_only_complete_snapshots() {
         c.ingest.commit_interval = Duration::from_secs(3600);
     })
     .await;
-    let (batches, mut acks, task) = open_put(&server, &["ns", "cut"]).await;
+    let (relay_addr, relay) = common::relay(server.running.flight_addr).await;
+    let (batches, mut acks, task) = open_put_via(relay_addr, &["ns", "cut"]).await;
     for i in 0..4 {
         batches.send(synthetic_batch(i * 100, 100)).await.unwrap();
     }
@@ -124,10 +137,11 @@ async fn disconnect_mid_stream_keeps_only_complete_snapshots() {
     // One more file reaches the server but waits for a second one to fill its commit.
     batches.send(synthetic_batch(400, 100)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // Kill the client: the RPC is reset, not half-closed.
+    // Kill the client: its connection closes mid-stream, with no half-close. (Dropping the
+    // batch sender instead would end the request normally: a half-close is a normal end.)
+    relay.abort();
+    let _ = relay.await;
     task.abort();
-    let _ = task.await;
-    drop(batches);
     within(30, async {
         loop {
             let (_, body) = server.http_get("/metrics").await;
@@ -176,6 +190,7 @@ async fn disconnect_mid_stream_keeps_only_complete_snapshots() {
         .await
         .unwrap();
     assert_eq!(visible_rows(&server, &["ns", "cut"]).await, 410);
+    drop(batches);
     server.stop().await;
 }
 

@@ -277,3 +277,35 @@ pub use futures::StreamExt as _;
 pub fn _unused() {
     let _ = StreamExt::boxed(futures::stream::empty::<()>());
 }
+
+/// A TCP relay to `target` on 127.0.0.1:0. Aborting the returned task closes every relayed
+/// connection at once — to the server it looks like a client process that was killed.
+pub async fn relay(
+    target: std::net::SocketAddr,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind relay");
+    let addr = listener.local_addr().expect("relay addr");
+    let task = tokio::spawn(async move {
+        let mut connections = tokio::task::JoinSet::new();
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            connections.spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A Flight client connected to `addr`.
+pub async fn client_at(addr: std::net::SocketAddr) -> FlightClient {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    FlightClient::new(channel)
+}
