@@ -175,3 +175,56 @@ async fn codec_follows_the_table_property() {
     let ident = TableIdent::from_strs(["ns", "bad"]).unwrap();
     assert!(c.table_exists(&ident).await.unwrap());
 }
+
+fn id_encodings(path: &str) -> Vec<parquet::basic::Encoding> {
+    let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
+    let reader = SerializedFileReader::new(bytes).unwrap();
+    reader
+        .metadata()
+        .row_group(0)
+        .column(0)
+        .encodings()
+        .collect()
+}
+
+/// skade's tuned layout by default (delta-encoded ids, no dictionary for numbers, chunk
+/// statistics kept), parquet-rs's defaults with `skade.parquet.tuned-writer=false`.
+/// RED once: with `tune` not applied, the default table's `id` column was dictionary
+/// encoded and the first assertion failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tuned_writer_is_the_default_and_can_be_turned_off() {
+    use parquet::basic::Encoding;
+    let (_dir, c) = open();
+    let tuned = table_with(&c, "tuned", HashMap::new()).await;
+    let path = write_one(&tuned).await.unwrap();
+    let encodings = id_encodings(&path);
+    assert!(
+        encodings.contains(&Encoding::DELTA_BINARY_PACKED),
+        "{encodings:?}"
+    );
+    assert!(
+        !encodings.contains(&Encoding::RLE_DICTIONARY),
+        "{encodings:?}"
+    );
+    let bytes = bytes::Bytes::from(std::fs::read(&path).unwrap());
+    let reader = SerializedFileReader::new(bytes).unwrap();
+    let stats = reader
+        .metadata()
+        .row_group(0)
+        .column(0)
+        .statistics()
+        .expect("chunk stats");
+    assert_eq!(stats.null_count_opt(), Some(0));
+
+    let plain = table_with(
+        &c,
+        "plain",
+        [(write::encode::TUNED_WRITER.to_string(), "false".to_string())].into(),
+    )
+    .await;
+    let encodings = id_encodings(&write_one(&plain).await.unwrap());
+    assert!(
+        encodings.contains(&Encoding::RLE_DICTIONARY),
+        "{encodings:?}"
+    );
+}

@@ -103,9 +103,67 @@ pub fn writer_properties(table: &Table) -> Result<WriterProperties, WriteError> 
         }),
         other => return Err(bad(format!("{COMPRESSION_CODEC}: unknown codec {other:?}"))),
     };
-    Ok(WriterProperties::builder()
-        .set_compression(compression)
-        .build())
+    let builder = WriterProperties::builder().set_compression(compression);
+    let tuned = props
+        .get(TUNED_WRITER)
+        .map(|v| !v.eq_ignore_ascii_case("false"))
+        .unwrap_or(true);
+    let builder = if tuned {
+        tune(builder, table.metadata().current_schema())
+    } else {
+        builder
+    };
+    Ok(builder.build())
+}
+
+/// skade's own table property: `false` writes with parquet-rs's default encodings and
+/// page-level statistics instead of skade's tuned ones (the codec still follows
+/// `write.parquet.compression-codec`).
+pub const TUNED_WRITER: &str = "skade.parquet.tuned-writer";
+
+/// skade's default Parquet layout, chosen for encode speed without losing what readers
+/// need (issue "Benchmarks"; measured by `skade-bench -- ingest`):
+/// - column-chunk statistics instead of per-page ones: the footer keeps every column's
+///   min/max/null count (Iceberg's file-level bounds and row-group pruning), without the
+///   per-page work;
+/// - dictionary encoding only for string and binary columns, where values repeat;
+///   numbers, timestamps and booleans are written without a dictionary;
+/// - `DELTA_BINARY_PACKED` for integer, date, time and timestamp columns (ids and event
+///   times mostly increase, so deltas are small).
+fn tune(
+    builder: parquet::file::properties::WriterPropertiesBuilder,
+    schema: &iceberg::spec::Schema,
+) -> parquet::file::properties::WriterPropertiesBuilder {
+    use iceberg::spec::{PrimitiveType as P, Type};
+    use parquet::basic::Encoding;
+    use parquet::file::properties::EnabledStatistics;
+    use parquet::schema::types::ColumnPath;
+    let mut builder = builder.set_statistics_enabled(EnabledStatistics::Chunk);
+    for field in schema.as_struct().fields() {
+        let Type::Primitive(primitive) = field.field_type.as_ref() else {
+            continue;
+        };
+        let path = ColumnPath::from(field.name.as_str());
+        match primitive {
+            P::String | P::Binary => {}
+            P::Int
+            | P::Long
+            | P::Date
+            | P::Time
+            | P::Timestamp
+            | P::Timestamptz
+            | P::TimestampNs
+            | P::TimestamptzNs => {
+                builder = builder
+                    .set_column_dictionary_enabled(path.clone(), false)
+                    .set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
+            }
+            _ => {
+                builder = builder.set_column_dictionary_enabled(path, false);
+            }
+        }
+    }
+    builder
 }
 
 /// Encodes each group of `groups` (batches already conformed to `table`'s Arrow schema,
