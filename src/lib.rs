@@ -129,7 +129,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             path: catalog_path.clone(),
             source,
         })?
-        .with_commit_counter(metrics.catalog_commits.clone());
+        .with_commit_counter(metrics.catalog_commits.clone())
+        .with_sync_counter(metrics.file_syncs.clone());
     let service = Arc::new(Service {
         catalog: Arc::new(catalog),
         metrics: metrics.clone(),

@@ -10,6 +10,8 @@ use prometheus::{
 
 /// Durable redb write transactions on the data paths (= commit fsyncs).
 pub const CATALOG_COMMITS_TOTAL: &str = "skade_catalog_commits_total";
+/// Warehouse syncs (`syncfs(2)`) before data commits' pointer flips.
+pub const FILE_SYNCS_TOTAL: &str = "skade_file_syncs_total";
 /// Seconds of one catalog commit, label `lane` = `stream` | `multi`.
 pub const COMMIT_DURATION_SECONDS: &str = "skade_commit_duration_seconds";
 /// Rows made visible, label `table`.
@@ -36,6 +38,8 @@ pub struct Metrics {
     registry: Registry,
     /// See [`CATALOG_COMMITS_TOTAL`].
     pub catalog_commits: IntCounter,
+    /// See [`FILE_SYNCS_TOTAL`].
+    pub file_syncs: IntCounter,
     /// See [`COMMIT_DURATION_SECONDS`].
     pub commit_duration: HistogramVec,
     /// See [`ROWS_COMMITTED_TOTAL`].
@@ -87,6 +91,14 @@ impl Metrics {
         registry
             .register(Box::new(catalog_commits.clone()))
             .expect("unique metric");
+        let file_syncs = IntCounter::new(
+            FILE_SYNCS_TOTAL,
+            "Warehouse syncs (syncfs) before data commits' pointer flips.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(file_syncs.clone()))
+            .expect("unique metric");
         let commit_duration = HistogramVec::new(
             HistogramOpts::new(COMMIT_DURATION_SECONDS, "Seconds of one catalog commit.").buckets(
                 vec![
@@ -111,6 +123,7 @@ impl Metrics {
         Self {
             registry,
             catalog_commits,
+            file_syncs,
             commit_duration,
             rows_committed,
             data_files_committed,

@@ -84,6 +84,8 @@ pub struct RedbCatalog {
     runtime: Runtime,
     commits: AtomicU64,
     on_commit: Option<prometheus::IntCounter>,
+    syncs: Arc<AtomicU64>,
+    on_sync: Option<prometheus::IntCounter>,
 }
 
 /// A table commit whose metadata JSON is written and whose pointer has not moved yet.
@@ -128,6 +130,8 @@ impl RedbCatalog {
             runtime: Runtime::try_current()?,
             commits: AtomicU64::new(0),
             on_commit: None,
+            syncs: Arc::new(AtomicU64::new(0)),
+            on_sync: None,
         })
     }
 
@@ -138,10 +142,25 @@ impl RedbCatalog {
         self
     }
 
+    /// Also counts every warehouse sync of this catalog's data commits on `counter` (the
+    /// `skade_file_syncs_total` metric).
+    pub fn with_sync_counter(mut self, counter: prometheus::IntCounter) -> Self {
+        self.on_sync = Some(counter);
+        self
+    }
+
     /// Durable data-path commits made through this catalog instance (see
     /// [`redb_commit_count`] for the process-global count).
     pub fn commit_count(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Warehouse syncs ([`durable::sync_warehouse`], one `syncfs(2)` each) that succeeded
+    /// for this instance's data commits: one per attempted pointer flip, made before the
+    /// redb transaction checks the base, so a commit that then loses a race still counts.
+    /// Table creation (DDL) syncs too but is not counted, as for [`Self::commit_count`].
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     /// The warehouse root (absolute).
@@ -348,6 +367,8 @@ impl RedbCatalog {
     async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
         let db = self.db.clone();
         let warehouse = self.warehouse.clone();
+        let syncs = self.syncs.clone();
+        let on_sync = self.on_sync.clone();
         type Flip = (String, Option<String>, String, String, Vec<String>);
         let flips: Vec<Flip> = prepared
             .iter()
@@ -364,6 +385,10 @@ impl RedbCatalog {
         blocking(move || {
             durable::sync_warehouse(&warehouse)
                 .map_err(|e| io_error("sync warehouse", &warehouse, e))?;
+            syncs.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = &on_sync {
+                counter.inc();
+            }
             let txn = db.begin_write().map_err(redb_error)?;
             {
                 let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
