@@ -245,7 +245,7 @@ fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutRes
 
 /// The bytes `batch`'s rows occupy. Unlike `get_array_memory_size`, this does not count a
 /// shared IPC message buffer once per column that slices it.
-fn batch_bytes(batch: &RecordBatch) -> u64 {
+pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
     batch
         .columns()
         .iter()
@@ -255,7 +255,7 @@ fn batch_bytes(batch: &RecordBatch) -> u64 {
 
 /// Maps a decode-side Flight error to skade's error; a message over the size limit
 /// becomes `ResourceExhausted` naming the limit.
-fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
+pub(crate) fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
     match e {
         FlightError::Tonic(status)
             if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
