@@ -13,6 +13,9 @@
 //!   stream and for 16 streams into 16 tables, beside the raw redb `Durability::Immediate`
 //!   write-transaction rate (the fsync floor); commit latency at table age 10 vs
 //!   `SKADE_COMMIT_AGE` (2000) snapshots. `SKADE_COMMIT_PUTS` (200) puts per run.
+//! - `multi`: 8 tables as one `ingest_multi` (one redb transaction) vs 8
+//!   `ingest_parallel` calls: catalog commits (fsyncs) and wall time. In-process library
+//!   lanes on synthetic tables (`SKADE_MULTI_ROWS`, 100 000 rows in all).
 //! - `committer_overlap`: `ingest_pipelined` (serial committer) vs
 //!   `ingest_pipelined_overlap` on a commit-bound shape (many small files, small
 //!   files-per-commit). Sizes: `SKADE_OVL_FILES` (200), `SKADE_OVL_ROWS` (2000),
@@ -643,6 +646,75 @@ async fn commit(runs: usize) {
     );
 }
 
+/// 8 tables as ONE multi-table flush (`ingest_multi`, one redb transaction) vs 8
+/// single-table ingests (`ingest_parallel`), in-process on one catalog.
+async fn multi(runs: usize) {
+    let rows = env_usize("SKADE_MULTI_ROWS", 100_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let catalog = RedbCatalog::open(&dir.path().join("catalog.redb"), &dir.path().join("wh"))
+        .expect("catalog");
+    let props = WriteProps::default();
+    let (mut multi_wall, mut single_wall) = (Vec::new(), Vec::new());
+    let (mut multi_commits, mut single_commits) = (0, 0);
+    for run in 0..runs {
+        let mut inputs = Vec::new();
+        for t in 0..8 {
+            let table = new_table(&catalog, &format!("multi_{run}_{t}")).await;
+            let arrow = write::table_arrow_schema(&table).expect("schema");
+            let b = write::conform_batch("bench", &batch(0, rows / 8), &arrow).expect("conform");
+            inputs.push((table, vec![vec![b]]));
+        }
+        let before = catalog.commit_count();
+        let started = Instant::now();
+        write::ingest_multi(&catalog, inputs, &props)
+            .await
+            .expect("multi");
+        multi_wall.push(started.elapsed().as_secs_f64());
+        multi_commits = catalog.commit_count() - before;
+
+        let mut inputs = Vec::new();
+        for t in 0..8 {
+            let table = new_table(&catalog, &format!("single_{run}_{t}")).await;
+            let arrow = write::table_arrow_schema(&table).expect("schema");
+            let b = write::conform_batch("bench", &batch(0, rows / 8), &arrow).expect("conform");
+            inputs.push((table, vec![vec![b]]));
+        }
+        let before = catalog.commit_count();
+        let started = Instant::now();
+        for (table, groups) in inputs {
+            write::ingest_parallel(&catalog, &table, groups, &props)
+                .await
+                .expect("single");
+        }
+        single_wall.push(started.elapsed().as_secs_f64());
+        single_commits = catalog.commit_count() - before;
+    }
+    let (m, m_min, m_max) = summary(&multi_wall);
+    let (s, s_min, s_max) = summary(&single_wall);
+    println!(
+        "multi: 8 tables x {} rows, {runs} runs (in-process library lanes)",
+        rows / 8
+    );
+    println!("| lane | wall ms | min–max ms | catalog commits (fsyncs) |");
+    println!("| --- | --- | --- | --- |");
+    println!(
+        "| ingest_multi (one transaction) | {:.1} | {:.1}–{:.1} | {multi_commits} |",
+        m * 1e3,
+        m_min * 1e3,
+        m_max * 1e3
+    );
+    println!(
+        "| 8 x ingest_parallel | {:.1} | {:.1}–{:.1} | {single_commits} |",
+        s * 1e3,
+        s_min * 1e3,
+        s_max * 1e3
+    );
+    println!(
+        "multi: commits {multi_commits} vs {single_commits}; wall multi/single = {:.2}",
+        m / s
+    );
+}
+
 fn main() {
     let runs = env_usize("SKADE_BENCH_RUNS", 3).max(1);
     let arms: Vec<String> = std::env::args()
@@ -665,8 +737,9 @@ fn main() {
                 "memory" => memory().await,
                 "ingest" => ingest(runs).await,
                 "commit" => commit(runs).await,
+                "multi" => multi(runs).await,
                 other => eprintln!(
-                    "unknown arm {other:?}; arms: ingest, commit, committer_overlap, memory"
+                    "unknown arm {other:?}; arms: ingest, commit, multi, committer_overlap, memory"
                 ),
             }
         }

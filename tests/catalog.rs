@@ -3,46 +3,24 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::synthetic_batch;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent, TableRequirement};
 use skade::catalog::RedbCatalog;
 use skade::write::{self, WriteProps, stage_fast_append};
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    catalog: Arc<RedbCatalog>,
-}
-
-fn open() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = RedbCatalog::open(
-        &dir.path().join("catalog.redb"),
-        &dir.path().join("warehouse"),
-    )
-    .unwrap();
-    Fixture {
-        _dir: dir,
-        catalog: Arc::new(catalog),
-    }
-}
+use common::open_catalog as open;
 
 fn ident(name: &str) -> TableIdent {
     TableIdent::new(NamespaceIdent::new("ns".into()), name.into())
 }
 
 async fn table(catalog: &RedbCatalog, name: &str) -> Table {
-    write::ensure_table(catalog, &ident(name), &common::synthetic_schema())
-        .await
-        .unwrap()
+    common::synthetic_table(catalog, "ns", name).await
 }
 
 /// Encodes and writes one file of `rows` rows for `table`, not committed.
 async fn files(table: &Table, first_id: i64, rows: usize) -> Vec<iceberg::spec::DataFile> {
-    let arrow = write::table_arrow_schema(table).unwrap();
-    let batch = write::conform_batch("t", &synthetic_batch(first_id, rows), &arrow).unwrap();
+    let batch = common::conformed(table, first_id, rows);
     let encoded = write::encode(table, vec![vec![batch]]).await.unwrap();
     write::write_files(
         table,

@@ -32,12 +32,8 @@ async fn table(catalog: &RedbCatalog, name: &str) -> Table {
 
 /// `files` groups of `rows` rows each, conformed to `table`.
 fn groups(table: &Table, files: usize, rows: usize) -> Vec<Vec<RecordBatch>> {
-    let arrow = write::table_arrow_schema(table).unwrap();
     (0..files)
-        .map(|f| {
-            let batch = common::synthetic_batch((f * rows) as i64, rows);
-            vec![write::conform_batch("t", &batch, &arrow).unwrap()]
-        })
+        .map(|f| vec![common::conformed(table, (f * rows) as i64, rows)])
         .collect()
 }
 

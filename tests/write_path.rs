@@ -38,10 +38,7 @@ async fn table_with(catalog: &RedbCatalog, name: &str, props: HashMap<String, St
     catalog.create_table(&ns, creation).await.unwrap()
 }
 
-fn conformed(table: &Table, first: i64, rows: usize) -> arrow_array::RecordBatch {
-    let arrow = write::table_arrow_schema(table).unwrap();
-    write::conform_batch("t", &common::synthetic_batch(first, rows), &arrow).unwrap()
-}
+use common::conformed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn encode_keeps_input_order() {

@@ -309,3 +309,47 @@ pub async fn client_at(addr: std::net::SocketAddr) -> FlightClient {
         .expect("connect");
     FlightClient::new(channel)
 }
+
+/// A real redb catalog in a fresh temp dir, its warehouse under the same dir.
+pub struct CatalogDir {
+    pub dir: tempfile::TempDir,
+    pub catalog: Arc<skade::catalog::RedbCatalog>,
+}
+
+impl CatalogDir {
+    pub fn warehouse(&self) -> PathBuf {
+        self.dir.path().join("warehouse")
+    }
+}
+
+/// Opens a catalog on a fresh temp dir.
+pub fn open_catalog() -> CatalogDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let catalog = skade::catalog::RedbCatalog::open(
+        &dir.path().join("catalog.redb"),
+        &dir.path().join("warehouse"),
+    )
+    .expect("catalog");
+    CatalogDir {
+        dir,
+        catalog: Arc::new(catalog),
+    }
+}
+
+/// Loads or creates `ns.name` with the synthetic schema.
+pub async fn synthetic_table(
+    catalog: &skade::catalog::RedbCatalog,
+    ns: &str,
+    name: &str,
+) -> iceberg::table::Table {
+    let ident = iceberg::TableIdent::from_strs([ns, name]).expect("ident");
+    skade::write::ensure_table(catalog, &ident, &synthetic_schema())
+        .await
+        .expect("table")
+}
+
+/// `rows` synthetic rows from `first_id`, conformed to `table`'s schema.
+pub fn conformed(table: &iceberg::table::Table, first_id: i64, rows: usize) -> RecordBatch {
+    let arrow = skade::write::table_arrow_schema(table).expect("schema");
+    skade::write::conform_batch("test", &synthetic_batch(first_id, rows), &arrow).expect("conform")
+}
