@@ -11,9 +11,23 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "skade", version, about)]
 pub struct Cli {
+    /// Log line format on stderr: `text` (human) or `json` (one object per line). The
+    /// level filter is `RUST_LOG` (default `info`).
+    #[arg(long, global = true, env = "SKADE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines with the span context (`rpc{method=DoPut table=ns.t}: ...`).
+    Text,
+    /// One JSON object per line, with the fields of the event and its spans.
+    Json,
 }
 
 /// skade's subcommands.
@@ -34,13 +48,35 @@ pub struct Config {
     #[arg(long, env = "SKADE_FLIGHT_ADDR", default_value = "127.0.0.1:50051")]
     pub flight_addr: SocketAddr,
 
-    /// Address of the HTTP server for `/metrics` and `/healthz`. Port 0 picks a free port.
+    /// Address of the HTTP server for `/metrics`, `/healthz`, `/readyz` and the REST
+    /// catalog. Port 0 picks a free port.
     #[arg(long, env = "SKADE_METRICS_ADDR", default_value = "127.0.0.1:9464")]
     pub metrics_addr: SocketAddr,
 
     #[command(flatten)]
     #[allow(missing_docs)]
     pub ingest: IngestConfig,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub security: SecurityConfig,
+}
+
+/// TLS and authentication of the Flight address (the metrics address stays plain HTTP).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SecurityConfig {
+    /// PEM certificate chain to serve Flight over TLS (needs `--tls-key`).
+    #[arg(long, env = "SKADE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "SKADE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// File of bearer tokens, one per line (blank lines and `#` comments skipped). When
+    /// set, every Flight RPC needs `authorization: Bearer <token>`. Re-read on SIGHUP.
+    #[arg(long, env = "SKADE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
 }
 
 /// How streaming puts are cut into data files and commits.
@@ -82,6 +118,16 @@ pub struct IngestConfig {
     /// `ResourceExhausted`.
     #[arg(long, env = "SKADE_MAX_MESSAGE_SIZE", default_value = "64MiB", value_parser = parse_bytes)]
     pub max_message_size: u64,
+
+    /// Most DoPut streams (streaming puts and Flight SQL ingests) open at once; one more
+    /// gets `ResourceExhausted`.
+    #[arg(long, env = "SKADE_MAX_STREAMS", default_value = "64")]
+    pub max_streams: NonZeroUsize,
+
+    /// Most Flight SQL transactions open at once; one more `BeginTransaction` gets
+    /// `ResourceExhausted`.
+    #[arg(long, env = "SKADE_MAX_TRANSACTIONS", default_value = "1024")]
+    pub max_transactions: NonZeroUsize,
 }
 
 impl Config {

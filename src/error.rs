@@ -73,6 +73,22 @@ pub enum Error {
         /// Rows of the stream committed before it ended.
         committed_rows: u64,
     },
+    /// The call carries no valid bearer token (authentication is on). Never names the
+    /// token sent.
+    #[error(
+        "a valid bearer token is required: send `authorization: Bearer <token>` (or trade one through Handshake)"
+    )]
+    Unauthenticated,
+    /// A configured limit is reached (`--max-streams`, `--max-transactions`).
+    #[error("{what}: the limit of {limit} is reached ({flag}); retry later")]
+    LimitReached {
+        /// What is limited ("open DoPut streams", ...).
+        what: &'static str,
+        /// The limit in force.
+        limit: usize,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
     /// The transport reported an error (e.g. a message over the size limit).
     #[error("{0}")]
     Transport(Box<Status>),
@@ -96,7 +112,9 @@ impl Error {
     /// The gRPC status for this error: InvalidArgument (bad names, schema, data),
     /// NotFound (incl. unknown transactions), AlreadyExists, FailedPrecondition (a
     /// transaction that already ended), Aborted (conflict after retries, an aborted
-    /// transaction), Unimplemented, Unavailable (storage), Internal (the rest). The message is the error's `Display`.
+    /// transaction), Unimplemented, Unavailable (storage, shutting down), Unauthenticated,
+    /// ResourceExhausted (a limit), Internal (the rest). The message is the error's
+    /// `Display`.
     pub fn into_status(self) -> Status {
         let code = match &self {
             Error::BadName { .. } | Error::BadRequest { .. } | Error::Decode { .. } => {
@@ -117,6 +135,8 @@ impl Error {
             Error::TransactionAborted { .. } => Code::Aborted,
             Error::Unsupported { .. } => Code::Unimplemented,
             Error::ShuttingDown { .. } => Code::Unavailable,
+            Error::Unauthenticated => Code::Unauthenticated,
+            Error::LimitReached { .. } => Code::ResourceExhausted,
             Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, self.to_string())

@@ -4,14 +4,17 @@
 //! [`start`] runs the whole service in-process (the tests do this); `main.rs` only parses
 //! the command line and calls [`run`]. The contract is `SERVICE.md` in the design notes.
 
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod flight;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod read;
 pub mod rest;
+pub mod tls;
 pub mod write;
 
 /// skade's own protobuf messages (`proto/skade/v1/skade.proto`).
@@ -59,6 +62,12 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// `--tls-cert`/`--tls-key` cannot be used.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// `--auth-token-file` cannot be used.
+    #[error("authentication: {0}")]
+    Auth(#[from] auth::TokenFileError),
     /// A server task failed.
     #[error("server failed: {0}")]
     Serve(String),
@@ -74,6 +83,7 @@ pub struct Running {
     /// The service state (catalog, metrics).
     pub service: Arc<Service>,
     shutdown: Vec<oneshot::Sender<()>>,
+    health: tonic_health::server::HealthReporter,
     shutdown_timeout: std::time::Duration,
     tasks: Vec<JoinHandle<Result<(), StartError>>>,
 }
@@ -87,6 +97,12 @@ impl Running {
     /// A server task's failure.
     pub async fn shutdown_and_wait(mut self) -> Result<(), StartError> {
         self.service.shutdown.cancel();
+        self.health
+            .set_not_serving::<FlightServiceServer<SkadeFlight>>()
+            .await;
+        self.health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
         for tx in self.shutdown.drain(..) {
             let _ = tx.send(());
         }
@@ -112,12 +128,25 @@ impl Running {
 }
 
 /// Opens the catalog under `config.data_dir`, binds both addresses and serves in the
-/// background. Must run inside a multi-threaded tokio runtime with timers.
+/// background: Flight (with the gRPC health service, TLS and bearer tokens when
+/// configured) and the HTTP metrics/health/REST address. Must run inside a
+/// multi-threaded tokio runtime with timers.
 ///
 /// # Errors
 /// [`StartError::Catalog`] when the catalog cannot be opened (e.g. another process holds
-/// its lock); [`StartError::Bind`] when an address is taken.
+/// its lock); [`StartError::Bind`] when an address is taken; [`StartError::Tls`] and
+/// [`StartError::Auth`] for unusable certificate, key or token files.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    let tls = match (&config.security.tls_cert, &config.security.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
+        }
+        _ => None,
+    };
+    let tokens = match &config.security.auth_token_file {
+        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
+        None => None,
+    };
     let catalog_path = config.data_dir.join("catalog.redb");
     let metrics = Metrics::new();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Catalog {
@@ -136,10 +165,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics: metrics.clone(),
         config: config.ingest.clone(),
         budget: write::MemoryBudget::new(config.ingest.memory_budget),
-        transactions: flight::txn::Transactions::new(config.ingest.transaction_timeout, &metrics),
+        transactions: flight::txn::Transactions::new(
+            config.ingest.transaction_timeout,
+            config.ingest.max_transactions.get(),
+            &metrics,
+        ),
         shutdown: tokio_util::sync::CancellationToken::new(),
         puts: tokio_util::task::TaskTracker::new(),
+        streams: Arc::new(tokio::sync::Semaphore::new(config.ingest.max_streams.get())),
+        tokens: tokens.clone(),
     });
+    if let Some(tokens) = tokens.clone() {
+        auth::reload_on_sighup(tokens, service.shutdown.clone())
+            .map_err(|e| StartError::Serve(format!("cannot listen for SIGHUP: {e}")))?;
+    }
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
 
     let bind = |addr: SocketAddr| async move {
@@ -156,9 +195,21 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
+    let flight = auth::FlightGuard::new(flight, tokens);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<FlightServiceServer<SkadeFlight>>()
+        .await;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| StartError::Tls(tls::describe(&e)))?;
+    }
     let (flight_stop, flight_stopped) = oneshot::channel::<()>();
     let flight_task = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        builder
+            .add_service(health_service)
             .add_service(flight)
             .serve_with_incoming_shutdown(TcpListenerStream::new(flight_listener), async {
                 let _ = flight_stopped.await;
@@ -168,7 +219,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
 
     let (http_stop, http_stopped) = oneshot::channel::<()>();
-    let app = http::router(Arc::new(metrics), service.catalog.clone());
+    let app = http::router(
+        Arc::new(metrics),
+        service.catalog.clone(),
+        service.shutdown.clone(),
+    );
     let http_task = tokio::spawn(async move {
         axum::serve(metrics_listener, app)
             .with_graceful_shutdown(async {
@@ -183,6 +238,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         metrics_addr,
         service,
         shutdown: vec![flight_stop, http_stop],
+        health,
         shutdown_timeout: config.ingest.shutdown_timeout,
         tasks: vec![flight_task, http_task],
     })

@@ -3,17 +3,12 @@
 use clap::Parser;
 use skade::config::{Cli, Command};
 use tokio::signal::unix::{SignalKind, signal};
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let Command::Serve(config) = Cli::parse().command;
+    let cli = Cli::parse();
+    skade::logging::init(cli.log_format);
+    let Command::Serve(config) = cli.command;
     let shutdown = async {
         let mut term = match signal(SignalKind::terminate()) {
             Ok(term) => term,

@@ -21,12 +21,14 @@ use arrow_flight::{
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::{Request, Response, Status, Streaming};
-use tracing::{Instrument, info_span, warn};
+use tonic::{Code, Request, Response, Status, Streaming};
+use tracing::{Instrument, Span, info, warn};
 
+use crate::auth::{self, Tokens};
 use crate::catalog::RedbCatalog;
 use crate::config::IngestConfig;
 use crate::error::Error;
@@ -51,6 +53,10 @@ pub struct Service {
     pub shutdown: CancellationToken,
     /// The streaming-put tasks, so shutdown can wait for them.
     pub puts: TaskTracker,
+    /// One permit per open DoPut stream (`--max-streams`).
+    pub streams: Arc<Semaphore>,
+    /// The bearer tokens when authentication is on (`--auth-token-file`).
+    pub tokens: Option<Arc<Tokens>>,
 }
 
 /// The tonic `FlightService` over a shared [`Service`].
@@ -65,9 +71,9 @@ impl SkadeFlight {
         Self { svc }
     }
 
-    /// Counts a failed put and turns it into its status.
+    /// Counts a failed put, logs it (once, here) and turns it into its status.
     fn fail(&self, e: Error) -> Status {
-        let status = e.into_status();
+        let status = reject(e);
         self.svc
             .metrics
             .ingest_errors
@@ -75,9 +81,37 @@ impl SkadeFlight {
             .inc();
         status
     }
+
+    /// A permit for one more DoPut stream.
+    fn stream_permit(&self) -> Result<OwnedSemaphorePermit, Status> {
+        self.svc.streams.clone().try_acquire_owned().map_err(|_| {
+            self.fail(Error::LimitReached {
+                what: "open DoPut streams",
+                limit: self.svc.config.max_streams.get(),
+                flag: "--max-streams",
+            })
+        })
+    }
+}
+
+/// Logs a failed RPC once, in the RPC's span: the client's mistakes at `info`, the
+/// server's failures at `warn`; returns its status.
+fn reject(e: Error) -> Status {
+    let message = e.to_string();
+    let status = e.into_status();
+    match status.code() {
+        Code::Internal | Code::Unavailable | Code::Aborted | Code::Unknown | Code::DataLoss => {
+            warn!(code = ?status.code(), error = %message, "request failed")
+        }
+        code => info!(code = ?code, error = %message, "request refused"),
+    }
+    status
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// How long `Handshake` waits for a first request whose payload may carry the token.
+const HANDSHAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn unimplemented(rpc: &str) -> Status {
     Status::unimplemented(format!("skade does not implement {rpc}"))
@@ -122,18 +156,49 @@ impl FlightService for SkadeFlight {
     type DoActionStream = BoxStream<arrow_flight::Result>;
     type ListActionsStream = BoxStream<ActionType>;
 
+    /// Without authentication: accepted, nothing returned. With it: trades a valid token
+    /// (bearer or basic-auth header, or the first request's payload) for the response
+    /// header `authorization: Bearer <token>` and one response carrying the token.
     async fn handshake(
         &self,
-        _request: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        Err(unimplemented("Handshake"))
+        let Some(tokens) = &self.svc.tokens else {
+            return Ok(Response::new(Box::pin(futures::stream::empty())));
+        };
+        let token = match auth::handshake_token(tokens, request.metadata(), None) {
+            Ok(token) => token,
+            Err(_) => {
+                // No usable header: the token may be the first request's payload.
+                let mut input = request.into_inner();
+                let first = tokio::time::timeout(HANDSHAKE_READ_TIMEOUT, input.message())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .flatten();
+                let payload = first.as_ref().map(|r| r.payload.as_ref());
+                auth::handshake_token(tokens, &tonic::metadata::MetadataMap::new(), payload)
+                    .map_err(|_| reject(Error::Unauthenticated))?
+            }
+        };
+        let bearer = format!("Bearer {token}")
+            .parse::<tonic::metadata::MetadataValue<_>>()
+            .map_err(|_| reject(Error::Unauthenticated))?;
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: token.into_bytes().into(),
+        };
+        let mut response: Response<Self::HandshakeStream> =
+            Response::new(Box::pin(futures::stream::iter([Ok(reply)])));
+        response.metadata_mut().insert(auth::AUTHORIZATION, bearer);
+        Ok(response)
     }
 
     async fn list_flights(
         &self,
         _request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        let infos = read::list(&self.svc).await.map_err(Error::into_status)?;
+        let infos = read::list(&self.svc).await.map_err(reject)?;
         Ok(Response::new(read::info_stream(infos)))
     }
 
@@ -142,14 +207,12 @@ impl FlightService for SkadeFlight {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         if is_cmd(request.get_ref()) {
-            let info =
-                sql::flight_info(&self.svc, request.get_ref()).map_err(Error::into_status)?;
+            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
             return Ok(Response::new(info));
         }
-        let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
-        let info = read::flight_info(&self.svc, &ident)
-            .await
-            .map_err(Error::into_status)?;
+        let ident = path_table(request.get_ref()).map_err(reject)?;
+        auth::record("table", &ident);
+        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
         Ok(Response::new(info))
     }
 
@@ -165,16 +228,14 @@ impl FlightService for SkadeFlight {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
         if is_cmd(request.get_ref()) {
-            let info =
-                sql::flight_info(&self.svc, request.get_ref()).map_err(Error::into_status)?;
+            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
             return Ok(Response::new(SchemaResult {
                 schema: info.schema,
             }));
         }
-        let ident = path_table(request.get_ref()).map_err(Error::into_status)?;
-        let info = read::flight_info(&self.svc, &ident)
-            .await
-            .map_err(Error::into_status)?;
+        let ident = path_table(request.get_ref()).map_err(reject)?;
+        auth::record("table", &ident);
+        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
         Ok(Response::new(SchemaResult {
             schema: info.schema,
         }))
@@ -185,15 +246,12 @@ impl FlightService for SkadeFlight {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         if sql::is_command_ticket(&request.get_ref().ticket) {
-            let stream =
-                sql::do_get(&self.svc, &request.get_ref().ticket).map_err(Error::into_status)?;
+            let stream = sql::do_get(&self.svc, &request.get_ref().ticket).map_err(reject)?;
             return Ok(Response::new(stream));
         }
-        let ident =
-            names::table_from_ticket(&request.get_ref().ticket).map_err(Error::into_status)?;
-        let stream = read::do_get(&self.svc, &ident)
-            .await
-            .map_err(Error::into_status)?;
+        let ident = names::table_from_ticket(&request.get_ref().ticket).map_err(reject)?;
+        auth::record("table", &ident);
+        let stream = read::do_get(&self.svc, &ident).await.map_err(reject)?;
         Ok(Response::new(stream))
     }
 
@@ -201,6 +259,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
+        let permit = self.stream_permit()?;
         let session = sql::session_of(&request);
         let mut input = request.into_inner();
         let first = match input.message().await {
@@ -242,22 +301,23 @@ impl FlightService for SkadeFlight {
             let result = sql::do_put(self.svc.clone(), session, cmd, batches)
                 .await
                 .map_err(|e| self.fail(e))?;
+            drop(permit);
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
         };
+        auth::record("table", &ident);
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
-        let span = info_span!("do_put", table = %ident);
         self.svc.metrics.put_streams_active.inc();
         let guard = StreamGuard(self.svc.metrics.put_streams_active.clone());
         self.svc.puts.spawn(
             async move {
                 let _guard = guard;
+                let _permit = permit;
                 if let Err(e) = put::run(&this.svc, ident, batches, tx.clone()).await {
-                    warn!(error = %e, "put failed");
                     let _ = tx.send(Err(this.fail(e)));
                 }
             }
-            .instrument(span),
+            .instrument(Span::current()),
         );
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }

@@ -28,11 +28,12 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use prost::Message;
 use tonic::{Code, Request, Status};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, Span, debug, info};
 
 use super::names;
 use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
 use super::{Service, read::DataStream};
+use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::write::{self, FileNames, Reservation, WriteProps};
@@ -221,7 +222,8 @@ pub(crate) async fn do_action(
             if !action.body.is_empty() {
                 unpack::<ActionBeginTransactionRequest>(&action.body)?;
             }
-            let id = svc.transactions.begin(session);
+            let id = svc.transactions.begin(session)?;
+            auth::record("transaction", id);
             let reply = ActionBeginTransactionResult {
                 transaction_id: id.as_bytes().to_vec().into(),
             };
@@ -229,6 +231,9 @@ pub(crate) async fn do_action(
         }
         END_TRANSACTION => {
             let request = unpack::<ActionEndTransactionRequest>(&action.body)?;
+            if let Ok(id) = uuid::Uuid::from_slice(&request.transaction_id) {
+                auth::record("transaction", id);
+            }
             match EndTransaction::try_from(request.action) {
                 Ok(EndTransaction::Commit) => {
                     svc.transactions
@@ -361,7 +366,9 @@ pub(crate) async fn do_put(
     cmd: CommandStatementIngest,
     batches: FlightRecordBatchStream,
 ) -> Result<PutResult, Error> {
-    let task = tokio::spawn(async move { ingest(&svc, session, cmd, batches).await });
+    let task = tokio::spawn(
+        async move { ingest(&svc, session, cmd, batches).await }.instrument(Span::current()),
+    );
     let rows = task.await.map_err(|e| Error::BadRequest {
         reason: format!("the ingest task failed: {e}"),
     })??;
@@ -381,11 +388,13 @@ async fn ingest(
     batches: FlightRecordBatchStream,
 ) -> Result<u64, Error> {
     let (ident, definition) = ingest_target(&cmd)?;
+    auth::record("table", &ident);
     let target = svc
         .transactions
         .target(cmd.transaction_id.as_deref(), session.as_ref())?;
     match target {
         Target::Txn(txn) => {
+            auth::record("transaction", txn.id);
             let mut state = txn.state.lock().await;
             if let Some(reason) = &state.failure {
                 return Err(Error::TransactionAborted {
@@ -404,7 +413,8 @@ async fn ingest(
                     Ok(rows)
                 }
                 Err(e) => {
-                    warn!(transaction = %txn.id, table = %ident, error = %e, "ingest failed; transaction aborted");
+                    // The error itself is logged once, where it becomes the RPC's status.
+                    info!(transaction = %txn.id, table = %ident, "ingest failed; transaction aborted");
                     state.failure = Some(format!("the ingest into {ident} failed: {e}"));
                     state.discard().await;
                     Err(e)
@@ -421,7 +431,6 @@ async fn ingest(
                 }
             };
             state.commit(svc, LANE_STREAM).await?;
-            info!(table = %ident, rows, "ingest committed");
             Ok(rows)
         }
     }

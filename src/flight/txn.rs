@@ -174,8 +174,20 @@ impl TxnState {
                         })
                         .collect();
                     svc.metrics.record_tables_commit(lane, &per_table, seconds);
+                    let join = |parts: Vec<String>| parts.join(",");
                     info!(
-                        tables = self.tables.len(),
+                        table = %join(tables.iter().map(|t| t.identifier().to_string()).collect()),
+                        snapshot_id = %join(
+                            tables
+                                .iter()
+                                .map(|t| {
+                                    t.metadata()
+                                        .current_snapshot_id()
+                                        .map(|id| id.to_string())
+                                        .unwrap_or_default()
+                                })
+                                .collect()
+                        ),
                         rows = stats.rows,
                         files = stats.files,
                         bytes = stats.bytes,
@@ -243,6 +255,7 @@ struct Registry {
 pub struct Transactions {
     registry: Mutex<Registry>,
     timeout: Duration,
+    max_open: usize,
     active: prometheus::IntGauge,
 }
 
@@ -256,12 +269,13 @@ pub(crate) enum Target {
 }
 
 impl Transactions {
-    /// An empty registry whose transactions roll back after `timeout` without activity,
-    /// counted on `metrics`' `skade_transactions_active` gauge.
-    pub fn new(timeout: Duration, metrics: &Metrics) -> Self {
+    /// An empty registry of at most `max_open` open transactions, which roll back after
+    /// `timeout` without activity, counted on `metrics`' `skade_transactions_active` gauge.
+    pub fn new(timeout: Duration, max_open: usize, metrics: &Metrics) -> Self {
         Self {
             registry: Mutex::new(Registry::default()),
             timeout,
+            max_open,
             active: metrics.transactions_active.clone(),
         }
     }
@@ -277,7 +291,10 @@ impl Transactions {
     }
 
     /// Opens a transaction and makes it `session`'s current one; returns its id.
-    pub(crate) fn begin(&self, session: Option<SessionKey>) -> Uuid {
+    ///
+    /// # Errors
+    /// [`Error::LimitReached`] when `max_open` transactions are open already.
+    pub(crate) fn begin(&self, session: Option<SessionKey>) -> Result<Uuid, Error> {
         let id = Uuid::new_v4();
         let txn = Arc::new(Txn {
             id,
@@ -286,13 +303,20 @@ impl Transactions {
             last_active: Mutex::new(Instant::now()),
         });
         let mut registry = lock(&self.registry);
+        if registry.open.len() >= self.max_open {
+            return Err(Error::LimitReached {
+                what: "open Flight SQL transactions",
+                limit: self.max_open,
+                flag: "--max-transactions",
+            });
+        }
         registry.open.insert(id, txn);
         if let Some(session) = &session {
             registry.sessions.insert(session.clone(), id);
         }
         self.active.set(registry.open.len() as i64);
         info!(transaction = %id, session = ?session.as_ref().map(ToString::to_string), "transaction begun");
-        id
+        Ok(id)
     }
 
     /// The open transaction `id`.
@@ -374,12 +398,11 @@ impl Transactions {
         match state.commit(svc, metrics::LANE_MULTI).await {
             Ok((_, stats)) => {
                 self.finish(&txn, Outcome::Committed);
-                info!(transaction = %txn.id, rows = stats.rows, "transaction committed");
                 Ok(stats)
             }
             Err(e) => {
+                // Logged once, where it becomes the RPC's status.
                 self.finish(&txn, Outcome::Failed(e.to_string()));
-                warn!(transaction = %txn.id, error = %e, "transaction commit failed");
                 Err(e)
             }
         }
