@@ -6,6 +6,8 @@
 //! event (table, snapshot id, rows, bytes, seconds); a failed RPC is logged once, where
 //! it becomes a gRPC status. Token values are never logged.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -21,6 +23,7 @@ pub fn init(format: LogFormat) {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust unit and integration tests, then the Python interop suite
-# (pyarrow.flight client, pyiceberg reader) against the real `skade` binary.
-# Creates the Python venv at .venv on first use.
+# Runs every test: the Dockerfile and deploy/ linters, the Rust unit and integration
+# tests, then the Python interop suite (pyarrow.flight client, pyiceberg reader, ADBC)
+# against the real `skade` binary. Creates the Python venv at .venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt
+.venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt \
+    -r tests/ops/requirements.txt
+
+tests/ops/lint.sh
 
 cargo build --locked
 cargo test --locked
