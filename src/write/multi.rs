@@ -16,7 +16,7 @@ use iceberg::{Catalog, ErrorKind};
 
 use super::WriteError;
 use super::encode::WriteProps;
-use super::ingest::{FileNames, IngestStats, encode, write_files};
+use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
 use super::schema::{conform_batch, table_arrow_schema};
 use super::stage::stage_fast_append;
 use crate::catalog::{RedbCatalog, Release};
@@ -88,10 +88,12 @@ pub struct StagedTable {
 /// that is neither created nor given files is skipped; when all are skipped nothing is
 /// written at all and `commits` is 0, else `commits` is 1.
 ///
-/// Each fast append is staged on the handle given. When another commit moved a table in
-/// between (a retryable conflict), every existing table is reloaded and the appends are
-/// re-staged on the new state, up to `retries` times — appends commute, so no row is lost
-/// or doubled. Returns the tables in input order (unchanged handles for skipped ones) and
+/// Each fast append is staged on the handle given, while holding this process's commit
+/// turn ([`table_commit_lock`]) on every table, so in-process writers of the same tables
+/// wait instead of racing. When another commit moved a table in between (a retryable
+/// conflict: a commit made before the turns were taken, or from outside this process),
+/// every existing table is reloaded and the appends are re-staged on the new state, up
+/// to `retries` times — appends commute, so no row is lost or doubled. Returns the tables in input order (unchanged handles for skipped ones) and
 /// what became visible.
 ///
 /// # Errors
@@ -117,6 +119,35 @@ pub async fn commit_staged(
         return Ok((out, stats));
     }
     let mut bases: Vec<Table> = live.iter().map(|&i| staged[i].table.clone()).collect();
+    // Take this process's commit turn on every table (in uuid order, so two multi-table
+    // commits cannot deadlock; single-table commits hold one turn at a time). Held until
+    // the release, so an in-process writer cannot move a pointer between re-stages.
+    let mut uuids: Vec<uuid::Uuid> = bases.iter().map(|t| t.metadata().uuid()).collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    let locks: Vec<_> = uuids.into_iter().map(table_commit_lock).collect();
+    let mut _turns = Vec::with_capacity(locks.len());
+    for lock in &locks {
+        _turns.push(lock.lock().await);
+    }
+    // A table committed while the transaction was open is re-based before the first
+    // stage, instead of after a conflict.
+    for (base, &i) in bases.iter_mut().zip(&live) {
+        if staged[i].create {
+            continue;
+        }
+        let ident = base.identifier().clone();
+        let current = catalog
+            .metadata_location(&ident)
+            .await
+            .map_err(|e| WriteError::catalog(&ident, e))?;
+        if base.metadata_location() != Some(current.as_str()) {
+            *base = catalog
+                .load_table(&ident)
+                .await
+                .map_err(|e| WriteError::catalog(&ident, e))?;
+        }
+    }
     let mut attempt = 0;
     let released = loop {
         let mut batch = Vec::with_capacity(live.len());
