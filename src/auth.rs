@@ -141,9 +141,13 @@ fn basic_password(value: &str) -> Option<String> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
+    // Padding optional: Go's Flight client (the ADBC driver) sends it unpadded.
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    let decoded = engine.decode(encoded.trim()).ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (_user, password) = decoded.split_once(':')?;
     Some(password.to_string())
@@ -222,7 +226,7 @@ where
         let method = path.rsplit('/').next().unwrap_or(path);
         let span = info_span!(
             "rpc",
-            method,
+            method = %method,
             table = tracing::field::Empty,
             transaction = tracing::field::Empty
         );
@@ -298,7 +302,8 @@ mod tests {
     use super::*;
 
     /// RED once: with `basic_password` returning the user name instead of the password,
-    /// the basic-auth assertion failed (`"anyone"` for `"s3cret"`).
+    /// the basic-auth assertion failed (`"anyone"` for `"s3cret"`); and with the padded-only
+    /// STANDARD engine, the unpadded form (the ADBC driver's) gave `None`.
     #[test]
     fn header_forms() {
         assert_eq!(bearer_token("Bearer abc"), Some("abc"));
@@ -310,6 +315,12 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode("anyone:s3cret")
         );
         assert_eq!(basic_password(&basic).as_deref(), Some("s3cret"));
+        let unpadded = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode("anyone:tok-123")
+        );
+        assert!(!unpadded.ends_with('='));
+        assert_eq!(basic_password(&unpadded).as_deref(), Some("tok-123"));
         assert_eq!(basic_password("Basic !!!"), None);
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));

@@ -336,7 +336,10 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
         .collect();
     // One per refused call: the first, and any retries before SIGHUP took effect.
     assert!(!refused.is_empty());
-    assert!(refused.iter().all(|e| e["header"] == "invalid"), "{refused:?}");
+    assert!(
+        refused.iter().all(|e| e["header"] == "invalid"),
+        "{refused:?}"
+    );
 
     let not_found: Vec<_> = events.iter().filter(|e| e["code"] == "NotFound").collect();
     assert_eq!(

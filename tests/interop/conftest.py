@@ -57,6 +57,12 @@ class SkadeServer:
     log_path: Path
     """Where the server's stdout and stderr go."""
     process: subprocess.Popen
+    token: str | None = None
+    """The bearer token when the server runs with ``--auth-token-file``."""
+    token_file: Path | None = None
+    """That token file (rewrite it and send SIGHUP to change the tokens)."""
+    tls_root_certs: bytes | None = None
+    """The PEM certificate to trust when the server runs with ``--tls-cert``."""
 
     @property
     def warehouse(self) -> Path:
@@ -118,9 +124,16 @@ def _stop(proc: subprocess.Popen) -> int:
         return proc.returncode
 
 
-@pytest.fixture(scope="session")
-def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
-    """Start ``skade serve`` on free loopback ports with a fresh data dir."""
+def launch_skade(
+    base: Path,
+    extra_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    **fields,
+) -> Iterator[SkadeServer]:
+    """Start ``skade serve`` on free loopback ports with a fresh data dir under ``base``
+    (plus ``extra_args``, and ``env`` over this process's environment), wait for
+    ``/healthz``, yield it, and stop it with SIGTERM, failing unless it exits 0.
+    ``fields`` fill the optional ``SkadeServer`` fields."""
     binary = Path(os.environ.get("SKADE_BIN", str(DEFAULT_BIN)))
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(
@@ -129,7 +142,6 @@ def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServ
             pytrace=False,
         )
 
-    base = tmp_path_factory.mktemp("skade")
     data_dir = base / "data"
     data_dir.mkdir()
     log_path = base / "skade.log"
@@ -144,6 +156,7 @@ def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServ
         f"127.0.0.1:{flight_port}",
         "--metrics-addr",
         f"127.0.0.1:{metrics_port}",
+        *(extra_args or []),
     ]
     with open(log_path, "wb") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -154,14 +167,17 @@ def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServ
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=base,
+            env={**os.environ, **(env or {})},
         )
 
+    scheme = "grpc+tls" if fields.get("tls_root_certs") else "grpc"
     server = SkadeServer(
-        flight_uri=f"grpc://127.0.0.1:{flight_port}",
+        flight_uri=f"{scheme}://{'localhost' if scheme == 'grpc+tls' else '127.0.0.1'}:{flight_port}",
         metrics_url=f"http://127.0.0.1:{metrics_port}",
         data_dir=data_dir,
         log_path=log_path,
         process=proc,
+        **fields,
     )
 
     health_url = f"{server.metrics_url}/healthz"
@@ -195,3 +211,97 @@ def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServ
             f"log tail ({log_path}):\n{server.log_tail()}",
             pytrace=False,
         )
+
+
+@pytest.fixture(scope="session")
+def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
+    """Start ``skade serve`` on free loopback ports with a fresh data dir."""
+    yield from launch_skade(tmp_path_factory.mktemp("skade"))
+
+
+AUTH_TOKEN = "interop-token-3c9e1f"
+"""The token of ``skade_auth_server``'s token file."""
+
+
+@pytest.fixture(scope="session")
+def skade_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
+    """A second server with ``--auth-token-file`` (holding ``AUTH_TOKEN``) and
+    ``RUST_LOG=debug`` -- so the tests can check that no token reaches its log."""
+    base = tmp_path_factory.mktemp("skade-auth")
+    token_file = base / "tokens"
+    token_file.write_text(f"# interop\n{AUTH_TOKEN}\n")
+    yield from launch_skade(
+        base,
+        ["--auth-token-file", str(token_file)],
+        env={"RUST_LOG": "debug"},
+        token=AUTH_TOKEN,
+        token_file=token_file,
+    )
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path, bytes]:
+    """A self-signed certificate for ``localhost`` and 127.0.0.1 (P-256, one day),
+    written as ``cert.pem`` and ``key.pem`` in ``directory``; returns both paths and
+    the certificate's PEM."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path, cert_pem
+
+
+@pytest.fixture(scope="session")
+def skade_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
+    """A server with ``--tls-cert``/``--tls-key`` (a self-signed certificate made here)
+    and ``--auth-token-file``; its ``flight_uri`` is ``grpc+tls://localhost:<port>``."""
+    base = tmp_path_factory.mktemp("skade-tls")
+    cert_path, key_path, cert_pem = self_signed_certificate(base)
+    token_file = base / "tokens"
+    token_file.write_text(f"{AUTH_TOKEN}\n")
+    yield from launch_skade(
+        base,
+        [
+            "--tls-cert",
+            str(cert_path),
+            "--tls-key",
+            str(key_path),
+            "--auth-token-file",
+            str(token_file),
+        ],
+        token=AUTH_TOKEN,
+        token_file=token_file,
+        tls_root_certs=cert_pem,
+    )
