@@ -240,7 +240,7 @@ where
             if !tokens.allows_header(header) {
                 span.in_scope(|| {
                     info!(
-                        peer = ?peer_of(&request),
+                        peer = %peer_of(&request).map(|a| a.to_string()).unwrap_or_default(),
                         header = if header.is_some() { "invalid" } else { "missing" },
                         "unauthenticated"
                     )
