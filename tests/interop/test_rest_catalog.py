@@ -195,8 +195,9 @@ def test_multi_table_transaction_is_visible_all_at_once(skade_server):
     seen the commit. Each round it lists the namespace (one catalog read) and loads both
     tables, alternating which first. Visibility only ever grows, so: a listing holds
     neither table or both; if the table loaded first is there, the second is too; a
-    loaded table has exactly one snapshot; and nothing shows in a round that began
-    before ``commit()`` was called.
+    loaded table has exactly one snapshot; and nothing shows in a round that ended
+    before ``commit()`` was called (one that only began before it can see the commit
+    land between its reads: seen once as ``{'b': None, 'a': 1}`` in order b, a).
     """
     ns, names = "rest_txn", ("a", "b")
     sources = {"a": rows(0, 20_000), "b": rows(50_000, 30_000)}
@@ -210,7 +211,6 @@ def test_multi_table_transaction_is_visible_all_at_once(skade_server):
         i = 0
         try:
             while not stop.is_set():
-                before_commit = not commit_called.is_set()
                 try:
                     listed = {t[-1] for t in cat.list_tables(ns)} & set(names)
                 except NoSuchNamespaceError:
@@ -222,6 +222,9 @@ def test_multi_table_transaction_is_visible_all_at_once(skade_server):
                         loaded[name] = len(cat.load_table((ns, name)).metadata.snapshots)
                     except NoSuchTableError:
                         loaded[name] = None
+                # Read at the round's end: a round that began before commit() may see
+                # the commit land midway; one that ended before it must see nothing.
+                before_commit = not commit_called.is_set()
                 observations.append(
                     {"before_commit": before_commit, "listed": listed, "order": order, "loaded": loaded}
                 )
