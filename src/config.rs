@@ -32,9 +32,29 @@ pub enum LogFormat {
 
 /// skade's subcommands.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
     /// Run the Flight server with its embedded catalog.
     Serve(Config),
+    /// Remove files no snapshot references (orphans) older than a grace period. The
+    /// server must be stopped: gc refuses a data dir whose catalog is locked.
+    Gc(GcConfig),
+}
+
+/// Everything `skade gc` needs.
+#[derive(Debug, Clone, Args)]
+pub struct GcConfig {
+    /// Directory holding `catalog.redb` and `warehouse/`.
+    #[arg(long, env = "SKADE_DATA_DIR", default_value = "./skade-data")]
+    pub data_dir: PathBuf,
+
+    /// Unreferenced files modified less than this long ago are kept (e.g. `1h`).
+    #[arg(long, env = "SKADE_GC_GRACE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub grace: Duration,
+
+    /// List what would be removed; remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.
@@ -136,6 +156,7 @@ impl Config {
     pub fn for_tests(data_dir: impl Into<PathBuf>) -> Self {
         let mut config = match Cli::parse_from(["skade", "serve"]).command {
             Command::Serve(config) => config,
+            Command::Gc(_) => unreachable!("parsed `serve`"),
         };
         config.data_dir = data_dir.into();
         config.flight_addr = SocketAddr::from(([127, 0, 0, 1], 0));

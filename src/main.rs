@@ -1,4 +1,5 @@
 //! `skade serve`: parse the configuration, set up logging, run until SIGTERM/SIGINT.
+//! `skade gc`: remove orphan files of a stopped server's data dir.
 
 use clap::Parser;
 use skade::config::{Cli, Command};
@@ -8,7 +9,10 @@ use tokio::signal::unix::{SignalKind, signal};
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     skade::logging::init(cli.log_format);
-    let Command::Serve(config) = cli.command;
+    let config = match cli.command {
+        Command::Serve(config) => config,
+        Command::Gc(gc) => return collect_garbage(gc).await,
+    };
     let shutdown = async {
         let mut term = match signal(SignalKind::terminate()) {
             Ok(term) => term,
@@ -27,6 +31,31 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             tracing::error!(error = %e, "skade stopped");
             eprintln!("skade: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `skade gc`: the summary line on stdout (and each path it would remove with
+/// `--dry-run`).
+async fn collect_garbage(gc: skade::config::GcConfig) -> std::process::ExitCode {
+    let options = skade::catalog::gc::GcOptions {
+        grace: gc.grace,
+        dry_run: gc.dry_run,
+    };
+    match skade::catalog::gc::collect_garbage(&gc.data_dir, options).await {
+        Ok(report) => {
+            if gc.dry_run {
+                for path in &report.removed {
+                    println!("would remove {}", path.display());
+                }
+            }
+            println!("skade gc: {report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "gc failed");
+            eprintln!("skade gc: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -10,8 +10,10 @@
 //!
 //! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one write
 //! transaction, one fsync, all or nothing (design note `ingest_multi` §f0, §f4).
+//! [`gc`] removes the files no table's metadata references (`skade gc`).
 
 pub mod durable;
+pub mod gc;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

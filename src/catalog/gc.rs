@@ -1,0 +1,350 @@
+//! `skade gc`: removing orphan files — files under a table's `data/` and `metadata/` that
+//! nothing of the table's current metadata references.
+//!
+//! Orphans are what a crash, a failed or rolled back commit, or a lost commit race leaves
+//! behind: data files written but never committed, manifests and manifest lists staged
+//! for a snapshot that never landed, metadata JSON written for a pointer flip that never
+//! happened, and metadata JSON that fell out of the metadata log.
+//!
+//! Referenced, and never removed: the current metadata JSON and every one in its metadata
+//! log; every snapshot's manifest list, every manifest those list, every data file those
+//! manifests name (whatever the entry's status); statistics files. References are
+//! gathered over *every* table before anything is removed, so tables that share a
+//! location protect each other's files, and a table whose metadata cannot be read stops
+//! the run with nothing removed.
+//!
+//! A file is removed only when it is unreferenced AND older (by modification time) than
+//! the grace period. Only regular files directly or deeper under `<location>/data/` and
+//! `<location>/metadata/` of a catalog table are considered; anything else under the
+//! warehouse is left alone.
+//!
+//! gc holds the catalog open for the whole run, so it cannot run beside a live server:
+//! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
+//! meanwhile fails to start.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use iceberg::table::Table;
+use iceberg::{Catalog, NamespaceIdent};
+use tracing::{debug, info};
+
+use super::RedbCatalog;
+
+/// What [`collect_garbage`] should do.
+#[derive(Debug, Clone, Copy)]
+pub struct GcOptions {
+    /// Unreferenced files modified less than this long ago are kept.
+    pub grace: Duration,
+    /// Report what would be removed, remove nothing.
+    pub dry_run: bool,
+}
+
+/// What a gc run found and did.
+#[derive(Debug, Clone, Default)]
+pub struct GcReport {
+    /// Catalog tables inspected.
+    pub tables: usize,
+    /// Distinct files their metadata references.
+    pub referenced_files: usize,
+    /// Unreferenced files older than the grace period: removed (or, on a dry run, to be
+    /// removed), in the order they were found.
+    pub removed: Vec<PathBuf>,
+    /// Bytes of [`Self::removed`].
+    pub removed_bytes: u64,
+    /// Unreferenced files kept because they are younger than the grace period.
+    pub young_orphans: usize,
+    /// The options of the run.
+    pub options: Option<GcOptions>,
+}
+
+impl std::fmt::Display for GcReport {
+    /// One line: tables, referenced files, orphans removed and kept.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (verb, grace) = match self.options {
+            Some(o) if o.dry_run => ("would remove", o.grace),
+            Some(o) => ("removed", o.grace),
+            None => ("removed", Duration::ZERO),
+        };
+        write!(
+            f,
+            "{} tables, {} referenced files; {verb} {} orphan files ({} bytes); kept {} orphans younger than {}",
+            self.tables,
+            self.referenced_files,
+            self.removed.len(),
+            self.removed_bytes,
+            self.young_orphans,
+            humantime::format_duration(grace),
+        )
+    }
+}
+
+/// Why a gc run failed. Nothing is removed by a run that fails before its first removal;
+/// a failure while removing leaves the files not yet removed in place.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    /// The data dir holds no catalog.
+    #[error("no catalog at {path}: is this a skade data dir?")]
+    NoCatalog {
+        /// The `catalog.redb` path looked for.
+        path: PathBuf,
+    },
+    /// Another process (a running skade) holds the catalog's lock.
+    #[error(
+        "the catalog {path} is in use (Database already open. Cannot acquire lock.): stop the skade server on this data dir before running gc"
+    )]
+    InUse {
+        /// The `catalog.redb` path.
+        path: PathBuf,
+    },
+    /// The catalog could not be opened or read.
+    #[error("catalog {path}: {source}")]
+    Catalog {
+        /// The `catalog.redb` path.
+        path: PathBuf,
+        /// The catalog's error.
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    /// A table's metadata, manifest list or manifest could not be read; nothing was
+    /// removed.
+    #[error("table {table}: cannot read its metadata, nothing removed: {source}")]
+    Table {
+        /// Table identifier, `ns.table`.
+        table: String,
+        /// iceberg's error.
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    /// Listing, inspecting or removing a file failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Removes the orphan files of every table of the catalog in `data_dir` that are older
+/// than `options.grace` (see the module docs for what counts as referenced).
+///
+/// Must run inside a tokio runtime (the catalog reads through iceberg's `FileIO`).
+///
+/// # Errors
+/// [`GcError::NoCatalog`] when `data_dir` has no `catalog.redb`; [`GcError::InUse`] when a
+/// running server holds it; [`GcError::Table`] when any table's metadata cannot be read
+/// (then nothing is removed); [`GcError::Io`] for a listing or removal that failed.
+pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcReport, GcError> {
+    let path = data_dir.join("catalog.redb");
+    if !path.is_file() {
+        return Err(GcError::NoCatalog { path });
+    }
+    let catalog = RedbCatalog::open(&path, &data_dir.join("warehouse")).map_err(|e| {
+        if is_lock_error(&e) {
+            GcError::InUse { path: path.clone() }
+        } else {
+            GcError::Catalog {
+                path: path.clone(),
+                source: Box::new(e),
+            }
+        }
+    })?;
+    let catalog_error = |e| GcError::Catalog {
+        path: path.clone(),
+        source: Box::new(e),
+    };
+
+    let mut tables = Vec::new();
+    let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
+    while let Some(parent) = pending.pop() {
+        let children = catalog
+            .list_namespaces(parent.as_ref())
+            .await
+            .map_err(catalog_error)?;
+        for ns in children {
+            tables.extend(catalog.list_tables(&ns).await.map_err(catalog_error)?);
+            pending.push(Some(ns));
+        }
+    }
+
+    let mut referenced = HashSet::new();
+    let mut locations = Vec::new();
+    for ident in &tables {
+        let table_error = |e| GcError::Table {
+            table: ident.to_string(),
+            source: Box::new(e),
+        };
+        let table = catalog.load_table(ident).await.map_err(table_error)?;
+        references(&table, &mut referenced)
+            .await
+            .map_err(table_error)?;
+        let location = local_path(table.metadata().location());
+        if !locations.contains(&location) {
+            locations.push(location);
+        }
+    }
+
+    let mut report = GcReport {
+        tables: tables.len(),
+        referenced_files: referenced.len(),
+        options: Some(options),
+        ..GcReport::default()
+    };
+    let now = SystemTime::now();
+    for location in &locations {
+        for dir in ["data", "metadata"] {
+            for (file, meta) in files_under(&location.join(dir))? {
+                if referenced.contains(&file) {
+                    continue;
+                }
+                let modified = meta.modified().map_err(|source| GcError::Io {
+                    what: "read the modification time of",
+                    path: file.clone(),
+                    source,
+                })?;
+                // A modification time in the future counts as age 0: kept.
+                let age = now.duration_since(modified).unwrap_or_default();
+                if age < options.grace {
+                    report.young_orphans += 1;
+                    continue;
+                }
+                if !options.dry_run {
+                    std::fs::remove_file(&file).map_err(|source| GcError::Io {
+                        what: "remove",
+                        path: file.clone(),
+                        source,
+                    })?;
+                }
+                debug!(path = %file.display(), bytes = meta.len(), dry_run = options.dry_run, "orphan removed");
+                report.removed_bytes += meta.len();
+                report.removed.push(file);
+            }
+        }
+    }
+    info!(
+        tables = report.tables,
+        referenced = report.referenced_files,
+        removed = report.removed.len(),
+        removed_bytes = report.removed_bytes,
+        young_orphans = report.young_orphans,
+        dry_run = options.dry_run,
+        "gc done"
+    );
+    Ok(report)
+}
+
+/// Adds every file `table`'s current metadata references to `out`.
+async fn references(table: &Table, out: &mut HashSet<PathBuf>) -> iceberg::Result<()> {
+    let metadata = table.metadata();
+    if let Some(current) = table.metadata_location() {
+        out.insert(local_path(current));
+    }
+    for entry in metadata.metadata_log() {
+        out.insert(local_path(&entry.metadata_file));
+    }
+    for statistics in metadata.statistics_iter() {
+        out.insert(local_path(&statistics.statistics_path));
+    }
+    for statistics in metadata.partition_statistics_iter() {
+        out.insert(local_path(&statistics.statistics_path));
+    }
+    // Snapshots share manifests (a fast append carries the earlier ones on): read each
+    // manifest once.
+    let mut manifests_read = HashSet::new();
+    for snapshot in metadata.snapshots() {
+        out.insert(local_path(snapshot.manifest_list()));
+        let list = table.manifest_list_reader(snapshot).load().await?;
+        for manifest in list.entries() {
+            if !manifests_read.insert(manifest.manifest_path.clone()) {
+                continue;
+            }
+            out.insert(local_path(&manifest.manifest_path));
+            let manifest = manifest.load_manifest(table.file_io()).await?;
+            for entry in manifest.entries() {
+                out.insert(local_path(entry.file_path()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every regular file under `dir` (recursively) with its metadata; none when `dir` does
+/// not exist. Symbolic links are not followed and not listed.
+fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, GcError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(GcError::Io {
+                    what: "list",
+                    path: dir,
+                    source,
+                });
+            }
+        };
+        for entry in entries {
+            let entry = entry.map_err(|source| GcError::Io {
+                what: "list",
+                path: dir.clone(),
+                source,
+            })?;
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(|source| GcError::Io {
+                what: "inspect",
+                path: path.clone(),
+                source,
+            })?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                out.push((path, meta));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
+fn local_path(location: &str) -> PathBuf {
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    PathBuf::from(path)
+}
+
+/// Whether `e` is redb's "Database already open. Cannot acquire lock.".
+fn is_lock_error(e: &iceberg::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(redb::Error::DatabaseAlreadyOpen) = s.downcast_ref::<redb::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+    use std::path::PathBuf;
+
+    #[test]
+    fn local_path_strips_the_file_scheme() {
+        assert_eq!(
+            local_path("/w/t/data/a.parquet"),
+            PathBuf::from("/w/t/data/a.parquet")
+        );
+        assert_eq!(local_path("file:///w/t/x"), PathBuf::from("/w/t/x"));
+        assert_eq!(local_path("file:/w/t/x"), PathBuf::from("/w/t/x"));
+    }
+}
