@@ -97,12 +97,17 @@ impl Running {
     /// A server task's failure.
     pub async fn shutdown_and_wait(mut self) -> Result<(), StartError> {
         self.service.shutdown.cancel();
-        self.health
-            .set_not_serving::<FlightServiceServer<SkadeFlight>>()
-            .await;
-        self.health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
+        // Watchers see NOT_SERVING, then their streams end (so they do not hold the
+        // server's graceful stop open).
+        for name in [
+            "",
+            <FlightServiceServer<SkadeFlight> as tonic::server::NamedService>::NAME,
+        ] {
+            self.health
+                .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                .await;
+            self.health.clear_service_status(name).await;
+        }
         for tx in self.shutdown.drain(..) {
             let _ = tx.send(());
         }

@@ -358,3 +358,54 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
         "SIGHUP re-read"
     );
 }
+
+/// A `grpc.health.v1` Watch sees `SERVING`, then `NOT_SERVING` when shutdown begins,
+/// then its stream ends — so a watcher does not hold the graceful stop open until
+/// `--shutdown-timeout`.
+/// RED once: without `clear_service_status` in `shutdown_and_wait`, the watch stream
+/// never ended (the 30 s `within` around it timed out; the server had given up waiting
+/// for it after its 20 s shutdown timeout and left the connection open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_watch_turns_not_serving_and_ends_on_shutdown() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let server =
+        TestServer::start_with(|c| c.ingest.shutdown_timeout = Duration::from_secs(20)).await;
+    let channel = Channel::from_shared(format!("http://{}", server.running.flight_addr))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut health = HealthClient::new(channel);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "arrow.flight.protocol.FlightService".to_string(),
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let first = within(10, watch.message())
+        .await
+        .expect("status")
+        .expect("one");
+    assert_eq!(first.status(), ServingStatus::Serving);
+
+    let started = Instant::now();
+    let stopping = tokio::spawn(server.running.shutdown_and_wait());
+    let mut seen = Vec::new();
+    while let Ok(Some(reply)) = within(30, watch.message()).await {
+        seen.push(reply.status());
+    }
+    assert_eq!(seen, vec![ServingStatus::NotServing]);
+    within(30, stopping)
+        .await
+        .expect("join")
+        .expect("clean stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:.1?}",
+        started.elapsed()
+    );
+}
