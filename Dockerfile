@@ -39,7 +39,8 @@ EXPOSE 50051 9464
 USER 10001:10001
 WORKDIR /var/lib/skade
 
-# GET /healthz on the metrics port with bash's /dev/tcp (the image has no curl).
+# GET /healthz on the metrics port with bash's /dev/tcp (the image has no curl). It reads
+# the port from SKADE_METRICS_ADDR: change the address there, not with --metrics-addr.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
     CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${SKADE_METRICS_ADDR##*:} && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && head -n 1 <&3 | grep -q ' 200 '"]
 
