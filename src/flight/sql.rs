@@ -15,7 +15,6 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::error::FlightError;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::{
     ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest, Any,
@@ -27,7 +26,7 @@ use arrow_flight::{Result as ActionResult, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use prost::Message;
-use tonic::{Code, Request, Status};
+use tonic::{Request, Status};
 use tracing::{Instrument, Span, debug, info};
 
 use super::names;
@@ -451,7 +450,7 @@ async fn stream_into(
         .next()
         .await
         .transpose()
-        .map_err(|e| flight_error(e, limit))?;
+        .map_err(|e| super::put::flight_error(e, limit))?;
     let schema = match (&next, batches.schema()) {
         (Some(batch), _) => batch.schema(),
         (None, Some(schema)) => schema.clone(),
@@ -472,7 +471,7 @@ async fn stream_into(
         let batch = match next.take() {
             Some(batch) => batch,
             None => match batches.next().await {
-                Some(batch) => batch.map_err(|e| flight_error(e, limit))?,
+                Some(batch) => batch.map_err(|e| super::put::flight_error(e, limit))?,
                 None => break,
             },
         };
@@ -486,7 +485,7 @@ async fn stream_into(
             continue;
         }
         rows += batch.num_rows() as u64;
-        let bytes = batch_bytes(&batch);
+        let bytes = super::put::batch_bytes(&batch) as usize;
         let reservation = match svc.budget.try_reserve(bytes) {
             Some(r) => r,
             None => {
@@ -609,33 +608,4 @@ async fn resolve(
         files: Vec::new(),
     });
     Ok(())
-}
-
-/// The bytes `batch`'s rows occupy (as the streaming put counts them).
-fn batch_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum()
-}
-
-/// Maps a decode-side Flight error to skade's error; a message over the size limit
-/// becomes `ResourceExhausted` naming the limit (as the streaming put does).
-fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
-    match e {
-        FlightError::Tonic(status)
-            if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
-        {
-            Error::Transport(Box::new(Status::resource_exhausted(format!(
-                "a message exceeds the server's limit of {limit_bytes} bytes \
-                 (--max-message-size): {}",
-                status.message()
-            ))))
-        }
-        FlightError::Tonic(status) => Error::Transport(status),
-        other => Error::Decode {
-            reason: other.to_string(),
-        },
-    }
 }
