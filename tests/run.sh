@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the Dockerfile and deploy/ linters, the Rust unit and integration
-# tests, then the Python interop suite (pyarrow.flight client, pyiceberg reader, ADBC)
-# against the real `skade` binary. Creates the Python venv at .venv on first use.
+# tests, the crash test (short form), then the Python interop suite (pyarrow.flight
+# client, pyiceberg reader, ADBC) against the real `skade` binary. Creates the Python venv at .venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,4 +13,7 @@ tests/ops/lint.sh
 
 cargo build --locked
 cargo test --locked
+# The crash test (tests/crash/) in its short form: 3 SIGKILLs of the real binary.
+SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
+    cargo test --locked --test crash -- --ignored --nocapture
 SKADE_BIN="$PWD/target/debug/skade" .venv/bin/pytest tests/interop -q
