@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Dockerfile and deploy/ linters, the Rust unit and integration
 # tests, the crash test (short form), then the Python interop suite (pyarrow.flight
-# client, pyiceberg reader, ADBC) against the real `skade` binary. Creates the Python venv at .venv on first use.
+# client, pyiceberg reader, ADBC) against the real `skade` binary. Creates the Python
+# venv at .venv on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
