@@ -1,7 +1,8 @@
 //! The operator HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (alive),
 //! `/readyz` (ready to ingest), and the read-only Iceberg REST catalog under `/v1`
-//! ([`crate::rest`]). It is never behind TLS or bearer tokens: probes and scrapers reach
-//! it on its own address.
+//! ([`crate::rest`]). It is never behind TLS; with `--auth-token-file` the REST catalog
+//! needs the same bearer tokens as Flight, while probes and scrapers reach `/metrics`,
+//! `/healthz` and `/readyz` without one.
 
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ pub fn router(
     metrics: Arc<Metrics>,
     catalog: Arc<RedbCatalog>,
     shutdown: CancellationToken,
+    tokens: Option<Arc<crate::auth::Tokens>>,
 ) -> Router {
     let ready = Ready {
         catalog: catalog.clone(),
@@ -47,7 +49,7 @@ pub fn router(
                 .route("/readyz", get(readyz))
                 .with_state(ready),
         )
-        .merge(rest::router(catalog))
+        .merge(rest::router(catalog, tokens))
 }
 
 async fn render_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {

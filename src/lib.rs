@@ -200,7 +200,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-    let flight = auth::FlightGuard::new(flight, tokens);
+    let flight = auth::FlightGuard::new(flight, tokens.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<FlightServiceServer<SkadeFlight>>()
@@ -228,6 +228,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Arc::new(metrics),
         service.catalog.clone(),
         service.shutdown.clone(),
+        tokens.clone(),
     );
     let http_task = tokio::spawn(async move {
         axum::serve(metrics_listener, app)

@@ -249,6 +249,35 @@ async fn health_and_http_endpoints_stay_open_with_auth_on() {
     server.stop().await;
 }
 
+/// With tokens configured, the REST catalog needs the same bearer token as Flight (401
+/// with the spec's `NotAuthorizedException` body otherwise, the token never echoed).
+/// RED once: with the REST routes merged without the token layer, the unauthenticated
+/// `GET /v1/namespaces` answered 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rest_catalog_takes_the_same_bearer_tokens() {
+    let (server, _secrets) = auth_server(&[GOOD]).await;
+    let addr = server.running.metrics_addr;
+    let (status, body) = server.http_get("/v1/namespaces").await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("NotAuthorizedException"), "{body}");
+    let wrong = format!("Bearer {GOOD}x");
+    let (status, body) =
+        common::http_request_with(addr, "GET", "/v1/config", &[("authorization", &wrong)]).await;
+    assert_eq!(status, 401);
+    assert!(!body.contains(GOOD), "the token must not be echoed: {body}");
+    let right = format!("Bearer {GOOD}");
+    let (status, body) =
+        common::http_request_with(addr, "GET", "/v1/namespaces", &[("authorization", &right)])
+            .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        server.http_get("/metrics").await.0,
+        200,
+        "metrics stay open"
+    );
+    server.stop().await;
+}
+
 /// A self-signed certificate for `localhost` and `127.0.0.1`, as (cert PEM, key PEM).
 fn self_signed() -> (String, String) {
     let certified =

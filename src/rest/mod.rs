@@ -24,6 +24,7 @@ use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
 use serde::Serialize;
 use tracing::{debug, warn};
 
+use crate::auth::Tokens;
 use crate::catalog::RedbCatalog;
 use model::{
     CatalogConfig, ErrorModel, ErrorResponse, GetNamespaceResponse, ListNamespacesResponse,
@@ -74,6 +75,10 @@ pub enum RestError {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// 401 `NotAuthorizedException`: bearer tokens are configured and the request has no
+    /// valid `authorization: Bearer <token>` header (the token is never echoed).
+    #[error("a valid bearer token is required (authorization: Bearer <token>)")]
+    NotAuthorized,
     /// 500 `InternalServerError`: a response could not be encoded as JSON.
     #[error("cannot encode the {what} response: {source}")]
     Encode {
@@ -92,6 +97,7 @@ impl RestError {
             Self::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "NoSuchNamespaceException"),
             Self::NoSuchTable { .. } => (StatusCode::NOT_FOUND, "NoSuchTableException"),
             Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "BadRequestException"),
+            Self::NotAuthorized => (StatusCode::UNAUTHORIZED, "NotAuthorizedException"),
             Self::Catalog { .. } | Self::Encode { .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError")
             }
@@ -147,9 +153,12 @@ impl IntoResponse for RestError {
     }
 }
 
-/// The REST catalog routes over `catalog`, ready to merge into the metrics router.
-pub fn router(catalog: Arc<RedbCatalog>) -> Router {
-    Router::new()
+/// The REST catalog routes over `catalog`, ready to merge into the metrics router. With
+/// `tokens` (the Flight server's `--auth-token-file`), every route needs the same
+/// `authorization: Bearer <token>` header as Flight (issue "REST catalog", item 2);
+/// `/metrics`, `/healthz` and `/readyz` stay open.
+pub fn router(catalog: Arc<RedbCatalog>, tokens: Option<Arc<Tokens>>) -> Router {
+    let routes = Router::new()
         .route("/v1/config", get(get_config))
         .route("/v1/namespaces", get(list_namespaces))
         .route(
@@ -161,7 +170,28 @@ pub fn router(catalog: Arc<RedbCatalog>) -> Router {
             "/v1/namespaces/{namespace}/tables/{table}",
             get(load_table).head(table_exists),
         )
-        .with_state(catalog)
+        .with_state(catalog);
+    match tokens {
+        Some(tokens) => routes.layer(axum::middleware::from_fn_with_state(tokens, require_bearer)),
+        None => routes,
+    }
+}
+
+/// Refuses a request without a valid bearer token with 401 and the spec's error body.
+async fn require_bearer(
+    State(tokens): State<Arc<Tokens>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if tokens.allows_header(header) {
+        next.run(request).await
+    } else {
+        RestError::NotAuthorized.into_response()
+    }
 }
 
 type Db = State<Arc<RedbCatalog>>;

@@ -92,11 +92,25 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 /// A minimal body-less HTTP/1.0 request over a TCP stream.
 pub async fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_request_with(addr, method, path, &[]).await
+}
+
+/// As [`http_request`], with extra request headers.
+pub async fn http_request_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .expect("connect http");
-    let request = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("read");
