@@ -302,19 +302,8 @@ impl RedbCatalog {
         let (new_location, metadata) = if updates.is_empty() {
             (first_location, planned.metadata().clone())
         } else {
-            let mut builder = planned
-                .metadata()
-                .clone()
-                .into_builder(Some(first_location.clone()));
-            for update in updates {
-                builder = update.apply(builder)?;
-            }
-            let metadata = builder.build()?.metadata;
-            let location = MetadataLocation::from_str(&first_location)?
-                .with_next_version()
-                .with_new_metadata(&metadata);
-            metadata.write_to(&self.file_io, &location).await?;
-            (location.to_string(), metadata)
+            self.write_next_metadata(planned.metadata(), &first_location, updates)
+                .await?
         };
         let parts = ident.namespace().as_ref();
         let namespaces = (1..=parts.len())
@@ -330,6 +319,29 @@ impl RedbCatalog {
         })
     }
 
+    /// Applies `updates` to `base` (stored at `base_location`), writes the result as the
+    /// next metadata version, and returns its location and metadata.
+    ///
+    /// # Errors
+    /// iceberg's error for an update that does not apply, or the write's storage error.
+    async fn write_next_metadata(
+        &self,
+        base: &TableMetadata,
+        base_location: &str,
+        updates: Vec<TableUpdate>,
+    ) -> Result<(String, TableMetadata)> {
+        let mut builder = base.clone().into_builder(Some(base_location.to_string()));
+        for update in updates {
+            builder = update.apply(builder)?;
+        }
+        let metadata = builder.build()?.metadata;
+        let location = MetadataLocation::from_str(base_location)?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        metadata.write_to(&self.file_io, &location).await?;
+        Ok((location.to_string(), metadata))
+    }
+
     /// Builds and writes the new metadata for one table; does not move its pointer.
     async fn prepare_commit(
         &self,
@@ -342,19 +354,9 @@ impl RedbCatalog {
             requirement.check(Some(base.metadata()))?;
         }
         let base_location = base.metadata_location_result()?.to_string();
-        let mut builder = base
-            .metadata()
-            .clone()
-            .into_builder(Some(base_location.clone()));
-        for update in updates {
-            builder = update.apply(builder)?;
-        }
-        let metadata = builder.build()?.metadata;
-        let new_location = MetadataLocation::from_str(&base_location)?
-            .with_next_version()
-            .with_new_metadata(&metadata);
-        metadata.write_to(&self.file_io, &new_location).await?;
-        let new_location = new_location.to_string();
+        let (new_location, metadata) = self
+            .write_next_metadata(base.metadata(), &base_location, updates)
+            .await?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
             key: table_key(ident)?,
