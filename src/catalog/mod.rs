@@ -506,10 +506,10 @@ impl Catalog for RedbCatalog {
         &self,
         parent: Option<&NamespaceIdent>,
     ) -> Result<Vec<NamespaceIdent>> {
-        if let Some(parent) = parent {
-            if !self.namespace_exists(parent).await? {
-                return Err(namespace_not_found(parent));
-            }
+        if let Some(parent) = parent
+            && !self.namespace_exists(parent).await?
+        {
+            return Err(namespace_not_found(parent));
         }
         let parent: Vec<String> = parent.map(|p| p.as_ref().clone()).unwrap_or_default();
         self.read(move |txn| {
@@ -544,17 +544,16 @@ impl Catalog for RedbCatalog {
                     format!("namespace {} already exists", ns.join(".")),
                 ));
             }
-            if let Some(parent) = parent {
-                if namespaces
+            if let Some(parent) = parent
+                && namespaces
                     .get(parent.as_str())
                     .map_err(redb_error)?
                     .is_none()
-                {
-                    return Err(Error::new(
-                        ErrorKind::NamespaceNotFound,
-                        format!("parent of namespace {} does not exist", ns.join(".")),
-                    ));
-                }
+            {
+                return Err(Error::new(
+                    ErrorKind::NamespaceNotFound,
+                    format!("parent of namespace {} does not exist", ns.join(".")),
+                ));
             }
             namespaces
                 .insert(key.as_str(), json.as_str())

@@ -37,7 +37,7 @@ pub fn iceberg_schema_for(table: &str, arrow: &ArrowSchema) -> Result<Schema, Wr
             });
         }
     }
-    let fields: Vec<FieldRef> = arrow.fields().iter().map(|f| normalize_field(f)).collect();
+    let fields: Vec<FieldRef> = arrow.fields().iter().map(normalize_field).collect();
     let normalized = ArrowSchema::new(fields);
     arrow_schema_to_schema_auto_assign_ids(&normalized).map_err(|source| {
         WriteError::UnsupportedSchema {
