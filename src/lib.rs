@@ -51,7 +51,7 @@ pub enum StartError {
         path: PathBuf,
         /// The catalog's error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// An address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
@@ -156,12 +156,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Metrics::new();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Catalog {
         path: catalog_path.clone(),
-        source: iceberg::Error::new(iceberg::ErrorKind::Unexpected, source.to_string()),
+        source: Box::new(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            source.to_string(),
+        )),
     })?;
     let catalog = RedbCatalog::open(&catalog_path, &config.data_dir.join("warehouse"))
         .map_err(|source| StartError::Catalog {
             path: catalog_path.clone(),
-            source,
+            source: Box::new(source),
         })?
         .with_commit_counter(metrics.catalog_commits.clone())
         .with_sync_counter(metrics.file_syncs.clone());

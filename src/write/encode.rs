@@ -70,7 +70,7 @@ pub fn writer_properties(table: &Table) -> Result<WriterProperties, WriteError> 
     let props = table.metadata().properties();
     let bad = |what: String| WriteError::Encode {
         table: table.identifier().to_string(),
-        source: iceberg::Error::new(iceberg::ErrorKind::DataInvalid, what),
+        source: Box::new(iceberg::Error::new(iceberg::ErrorKind::DataInvalid, what)),
     };
     let level = props
         .get(COMPRESSION_LEVEL)
@@ -199,7 +199,7 @@ fn encode_one(
     }
     let wrap = |source: iceberg::Error| WriteError::Encode {
         table: table.identifier().to_string(),
-        source,
+        source: Box::new(source),
     };
     futures::executor::block_on(async {
         let memory = FileIO::new_with_memory();

@@ -138,10 +138,10 @@ pub async fn write_file(
     file: EncodedFile,
 ) -> Result<DataFile, WriteError> {
     let spec_id = table.metadata().default_partition_spec_id();
-    let storage = |source| WriteError::Storage {
+    let storage = |source: iceberg::Error| WriteError::Storage {
         table: table.identifier().to_string(),
         path: path.clone(),
-        source,
+        source: Box::new(source),
     };
     let output = table.file_io().new_output(&path).map_err(storage)?;
     let bytes = file.bytes;

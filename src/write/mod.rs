@@ -49,7 +49,7 @@ pub enum WriteError {
         table: String,
         /// iceberg's explanation.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// Parquet encoding failed.
     #[error("table {table}: encoding a data file failed: {source}")]
@@ -58,7 +58,7 @@ pub enum WriteError {
         table: String,
         /// iceberg's (or parquet's) error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// Writing a data file to storage failed.
     #[error("table {table}: writing data file {path} failed: {source}")]
@@ -69,7 +69,7 @@ pub enum WriteError {
         path: String,
         /// The storage error.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// A catalog operation (load, create, commit) failed.
     #[error("table {table}: {source}")]
@@ -78,7 +78,7 @@ pub enum WriteError {
         table: String,
         /// The catalog's error; its `kind()` tells conflicts from other failures.
         #[source]
-        source: iceberg::Error,
+        source: Box<iceberg::Error>,
     },
     /// A multi-table ingest named the same table twice (design note `ingest_multi` §f1,
     /// "Distinct idents per batch"); rejected before anything is encoded.
@@ -102,7 +102,7 @@ impl WriteError {
     pub fn catalog(table: &impl std::fmt::Display, source: iceberg::Error) -> Self {
         Self::Catalog {
             table: table.to_string(),
-            source,
+            source: Box::new(source),
         }
     }
 }

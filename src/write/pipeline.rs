@@ -100,7 +100,11 @@ pub async fn ingest_pipelined_overlap(
     props: &WriteProps,
 ) -> Result<(Table, IngestStats), WriteError> {
     let encoded = encode_pipelined(table, groups).await?;
-    let files = futures::stream::iter(encoded.into_iter().map(|f| Ok(Prepared::Encoded(f))));
+    let files = futures::stream::iter(
+        encoded
+            .into_iter()
+            .map(|f| Ok(Prepared::Encoded(Box::new(f)))),
+    );
     overlap(catalog, table, files, files_per_commit, props, &mut |_| {}).await
 }
 
@@ -135,13 +139,13 @@ pub async fn run_overlapped(
 /// An input of the writer: a group still to encode, an encoded file, or a commit marker.
 enum Prepared {
     Group(Vec<RecordBatch>, Reservation),
-    Encoded(EncodedFile),
+    Encoded(Box<EncodedFile>),
     Commit,
 }
 
 /// What the writer hands the committer, in submission order.
 enum Written {
-    File(DataFile),
+    File(Box<DataFile>),
     Commit,
 }
 
@@ -190,7 +194,7 @@ async fn overlap(
             let done = item.is_none();
             let commit_now = match item {
                 Some(Written::File(file)) => {
-                    pending.push(file);
+                    pending.push(*file);
                     pending.len() >= files_per_commit
                 }
                 Some(Written::Commit) | None => true,
@@ -230,13 +234,15 @@ async fn prepare(
 ) -> Result<Option<Written>, WriteError> {
     let (encoded, _reservation) = match item {
         Prepared::Commit => return Ok(Some(Written::Commit)),
-        Prepared::Encoded(file) => (Some(file), None),
+        Prepared::Encoded(file) => (Some(*file), None),
         Prepared::Group(batches, reservation) => {
             (encode(table, vec![batches]).await?.pop(), Some(reservation))
         }
     };
     match (encoded, path) {
-        (Some(file), Some(path)) => Ok(Some(Written::File(write_file(table, path, file).await?))),
+        (Some(file), Some(path)) => Ok(Some(Written::File(Box::new(
+            write_file(table, path, file).await?,
+        )))),
         _ => Ok(None),
     }
 }

@@ -42,7 +42,7 @@ pub fn iceberg_schema_for(table: &str, arrow: &ArrowSchema) -> Result<Schema, Wr
     arrow_schema_to_schema_auto_assign_ids(&normalized).map_err(|source| {
         WriteError::UnsupportedSchema {
             table: table.to_string(),
-            source,
+            source: Box::new(source),
         }
     })
 }
@@ -221,6 +221,6 @@ pub fn table_arrow_schema(table: &iceberg::table::Table) -> Result<SchemaRef, Wr
         .map(Arc::new)
         .map_err(|source| WriteError::UnsupportedSchema {
             table: table.identifier().to_string(),
-            source,
+            source: Box::new(source),
         })
 }
