@@ -33,18 +33,8 @@ async fn files(table: &Table, first_id: i64, rows: usize) -> Vec<iceberg::spec::
 }
 
 async fn row_count(catalog: &RedbCatalog, name: &str) -> usize {
-    use futures::TryStreamExt;
     let table = catalog.load_table(&ident(name)).await.unwrap();
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches: Vec<_> = common::scan(&table, None).await;
     common::count(&batches)
 }
 

@@ -87,16 +87,7 @@ async fn rows(server: &TestServer, ns: &str, table: &str) -> Option<usize> {
         Ok(table) => table,
         Err(_) => return None,
     };
-    let batches: Vec<RecordBatch> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches: Vec<RecordBatch> = common::scan(&table, None).await;
     Some(common::count(&batches))
 }
 

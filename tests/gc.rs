@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use common::{TestServer, count, put, synthetic_batch};
-use futures::TryStreamExt;
 use iceberg::{Catalog, TableIdent};
 use skade::catalog::gc::{GcError, GcOptions, collect_garbage};
 use skade::write::{self, WriteProps};
@@ -53,17 +52,7 @@ async fn assert_every_snapshot_complete(server: &TestServer, ident: &TableIdent)
         .unwrap();
     let mut snapshots = 0;
     for snapshot in table.metadata().snapshots() {
-        let rows: Vec<_> = table
-            .scan()
-            .snapshot_id(snapshot.snapshot_id())
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let rows: Vec<_> = common::scan(&table, Some(snapshot.snapshot_id())).await;
         let expected: usize = snapshot.summary().additional_properties["total-records"]
             .parse()
             .unwrap();

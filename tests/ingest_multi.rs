@@ -61,16 +61,7 @@ fn groups_for(table: &Table, i: usize) -> Vec<Vec<RecordBatch>> {
 /// Every row of the current snapshot as `id|ts|score|name|flag`, sorted.
 async fn rows(catalog: &RedbCatalog, name: &str) -> Vec<String> {
     let table = catalog.load_table(&ident(name)).await.unwrap();
-    let batches: Vec<_> = table
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches: Vec<_> = common::scan(&table, None).await;
     let mut rows = common::rows_of(&batches);
     rows.sort();
     rows

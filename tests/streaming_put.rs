@@ -8,7 +8,7 @@ use std::time::Duration;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::{FlightDescriptor, PutResult};
 use common::{TestServer, count, get, metric, synthetic_batch, synthetic_schema, within};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use prost::Message;
 use skade::proto::CommitAck;
 use tokio::sync::mpsc;
@@ -163,17 +163,7 @@ async fn disconnect_mid_stream_keeps_only_complete_snapshots() {
         "only the acked commits"
     );
     for snapshot in table.metadata().snapshots() {
-        let rows: Vec<_> = table
-            .scan()
-            .snapshot_id(snapshot.snapshot_id())
-            .build()
-            .unwrap()
-            .to_arrow()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
+        let rows: Vec<_> = common::scan(&table, Some(snapshot.snapshot_id())).await;
         let expected: u64 = snapshot.summary().additional_properties["total-records"]
             .parse()
             .unwrap();

@@ -367,3 +367,21 @@ pub fn conformed(table: &iceberg::table::Table, first_id: i64, rows: usize) -> R
     let arrow = skade::write::table_arrow_schema(table).expect("schema");
     skade::write::conform_batch("test", &synthetic_batch(first_id, rows), &arrow).expect("conform")
 }
+
+/// Every row of `table` at `snapshot` (the current snapshot when `None`), via iceberg's
+/// own scan.
+pub async fn scan(table: &iceberg::table::Table, snapshot: Option<i64>) -> Vec<RecordBatch> {
+    let mut builder = table.scan();
+    if let Some(id) = snapshot {
+        builder = builder.snapshot_id(id);
+    }
+    builder
+        .build()
+        .expect("scan")
+        .to_arrow()
+        .await
+        .expect("arrow stream")
+        .try_collect()
+        .await
+        .expect("batches")
+}
