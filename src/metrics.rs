@@ -145,15 +145,7 @@ impl Metrics {
         self.commit_duration
             .with_label_values(&[lane])
             .observe(seconds);
-        self.rows_committed
-            .with_label_values(&[table])
-            .inc_by(stats.rows);
-        self.data_files_committed
-            .with_label_values(&[table])
-            .inc_by(stats.files);
-        self.bytes_committed
-            .with_label_values(&[table])
-            .inc_by(stats.bytes);
+        self.count_table(table, stats);
     }
 
     /// Records ONE catalog commit on `lane` that made several tables' `stats` visible:
@@ -168,16 +160,21 @@ impl Metrics {
             .with_label_values(&[lane])
             .observe(seconds);
         for (table, stats) in tables {
-            self.rows_committed
-                .with_label_values(&[table])
-                .inc_by(stats.rows);
-            self.data_files_committed
-                .with_label_values(&[table])
-                .inc_by(stats.files);
-            self.bytes_committed
-                .with_label_values(&[table])
-                .inc_by(stats.bytes);
+            self.count_table(table, stats);
         }
+    }
+
+    /// Adds one commit's rows, data files and bytes to `table`'s counters.
+    fn count_table(&self, table: &str, stats: &crate::write::IngestStats) {
+        self.rows_committed
+            .with_label_values(&[table])
+            .inc_by(stats.rows);
+        self.data_files_committed
+            .with_label_values(&[table])
+            .inc_by(stats.files);
+        self.bytes_committed
+            .with_label_values(&[table])
+            .inc_by(stats.bytes);
     }
 
     /// The Prometheus text exposition of every metric.
