@@ -646,6 +646,22 @@ async fn commit(runs: usize) {
     );
 }
 
+/// 8 new tables `<prefix>_0..7`, each with one group of `rows` conformed synthetic rows.
+async fn eight_tables(
+    catalog: &RedbCatalog,
+    prefix: &str,
+    rows: usize,
+) -> Vec<(Table, Vec<Vec<RecordBatch>>)> {
+    let mut inputs = Vec::new();
+    for t in 0..8 {
+        let table = new_table(catalog, &format!("{prefix}_{t}")).await;
+        let arrow = write::table_arrow_schema(&table).expect("schema");
+        let b = write::conform_batch("bench", &batch(0, rows), &arrow).expect("conform");
+        inputs.push((table, vec![vec![b]]));
+    }
+    inputs
+}
+
 /// 8 tables as ONE multi-table flush (`ingest_multi`, one redb transaction) vs 8
 /// single-table ingests (`ingest_parallel`), in-process on one catalog.
 async fn multi(runs: usize) {
@@ -657,13 +673,7 @@ async fn multi(runs: usize) {
     let (mut multi_wall, mut single_wall) = (Vec::new(), Vec::new());
     let (mut multi_commits, mut single_commits) = (0, 0);
     for run in 0..runs {
-        let mut inputs = Vec::new();
-        for t in 0..8 {
-            let table = new_table(&catalog, &format!("multi_{run}_{t}")).await;
-            let arrow = write::table_arrow_schema(&table).expect("schema");
-            let b = write::conform_batch("bench", &batch(0, rows / 8), &arrow).expect("conform");
-            inputs.push((table, vec![vec![b]]));
-        }
+        let inputs = eight_tables(&catalog, &format!("multi_{run}"), rows / 8).await;
         let before = catalog.commit_count();
         let started = Instant::now();
         write::ingest_multi(&catalog, inputs, &props)
@@ -672,13 +682,7 @@ async fn multi(runs: usize) {
         multi_wall.push(started.elapsed().as_secs_f64());
         multi_commits = catalog.commit_count() - before;
 
-        let mut inputs = Vec::new();
-        for t in 0..8 {
-            let table = new_table(&catalog, &format!("single_{run}_{t}")).await;
-            let arrow = write::table_arrow_schema(&table).expect("schema");
-            let b = write::conform_batch("bench", &batch(0, rows / 8), &arrow).expect("conform");
-            inputs.push((table, vec![vec![b]]));
-        }
+        let inputs = eight_tables(&catalog, &format!("single_{run}"), rows / 8).await;
         let before = catalog.commit_count();
         let started = Instant::now();
         for (table, groups) in inputs {
