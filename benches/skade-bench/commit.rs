@@ -1,0 +1,132 @@
+//! `commit`: tiny commits vs the redb fsync floor, and commit latency vs table age.
+
+use crate::common::*;
+
+pub(crate) async fn commit(runs: usize) {
+    let puts = env_usize("SKADE_COMMIT_PUTS", 200);
+    // The fsync floor: raw redb Durability::Immediate write transactions, same disk.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = redb::Database::create(dir.path().join("floor.redb")).expect("redb");
+    const T: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
+    let started = Instant::now();
+    for i in 0..puts as u64 {
+        let txn = db.begin_write().expect("txn");
+        txn.open_table(T)
+            .expect("table")
+            .insert(i, i)
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+    let floor = puts as f64 / started.elapsed().as_secs_f64();
+
+    let mut single = Vec::new();
+    let mut multi = Vec::new();
+    let mut latencies = Vec::new();
+    for _ in 0..runs {
+        let server_dir = tempfile::tempdir().expect("temp dir");
+        let running = skade::start(skade::Config::for_tests(server_dir.path()))
+            .await
+            .expect("server");
+        let uri = format!("http://{}", running.flight_addr);
+        let connect = || async {
+            FlightClient::new(
+                tonic::transport::Channel::from_shared(uri.clone())
+                    .expect("uri")
+                    .connect()
+                    .await
+                    .expect("connect"),
+            )
+        };
+        let tiny = |client: FlightClient, table: String, n: usize| async move {
+            let mut client = client;
+            let mut lat = Vec::with_capacity(n);
+            for i in 0..n {
+                let data = FlightDataEncoderBuilder::new()
+                    .with_schema(schema())
+                    .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+                        "bench".into(),
+                        table.clone(),
+                    ])))
+                    .build(futures::stream::iter([Ok(batch((i * 10) as i64, 10))]));
+                let started = Instant::now();
+                let _: Vec<_> = client
+                    .do_put(data)
+                    .await
+                    .expect("put")
+                    .try_collect()
+                    .await
+                    .expect("acks");
+                lat.push(started.elapsed().as_secs_f64());
+            }
+            lat
+        };
+        let started = Instant::now();
+        let lat = tiny(connect().await, "one".into(), puts).await;
+        single.push(puts as f64 / started.elapsed().as_secs_f64());
+        latencies.extend(lat);
+
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let client = connect().await;
+            tasks.push(tokio::spawn(tiny(client, format!("many_{t}"), puts / 16)));
+        }
+        for task in tasks {
+            task.await.expect("stream");
+        }
+        multi.push((puts / 16 * 16) as f64 / started.elapsed().as_secs_f64());
+        running.shutdown_and_wait().await.expect("shutdown");
+    }
+    let (s, s_min, s_max) = summary(&single);
+    let (m, m_min, m_max) = summary(&multi);
+    println!("commit: tiny puts of 10 rows, each one commit; {runs} runs");
+    println!("| lane | commits/s | min–max |");
+    println!("| --- | --- | --- |");
+    println!("| raw redb Immediate write txn (fsync floor) | {floor:.0} | |");
+    println!("| 1 stream, 1 table | {s:.0} | {s_min:.0}–{s_max:.0} |");
+    println!("| 16 streams, 16 tables | {m:.0} | {m_min:.0}–{m_max:.0} |");
+    println!(
+        "commit: single-stream put latency p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&latencies, 0.5) * 1e3,
+        percentile(&latencies, 0.99) * 1e3
+    );
+    println!(
+        "commit: skade/fsync_floor = {:.2} (skade {s:.0} commits/s, redb floor {floor:.0} commits/s); 16 streams = {m:.0} commits/s",
+        s / floor
+    );
+
+    // Commit latency as a table ages: library commits of 10 rows.
+    let age = env_usize("SKADE_COMMIT_AGE", 2000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let catalog = RedbCatalog::open(&dir.path().join("catalog.redb"), &dir.path().join("wh"))
+        .expect("catalog");
+    let mut table = new_table(&catalog, "aging").await;
+    let arrow = write::table_arrow_schema(&table).expect("schema");
+    let mut lat = Vec::with_capacity(age);
+    for i in 0..age {
+        let b =
+            write::conform_batch("bench", &batch((i * 10) as i64, 10), &arrow).expect("conform");
+        let encoded = write::encode(&table, vec![vec![b]]).await.expect("encode");
+        let files = write::write_files(
+            &table,
+            encoded,
+            &mut write::FileNames::new(),
+            &WriteProps::default(),
+        )
+        .await
+        .expect("write");
+        let started = Instant::now();
+        table = write::commit_files(&catalog, &table, files)
+            .await
+            .expect("commit");
+        lat.push(started.elapsed().as_secs_f64());
+    }
+    let young = percentile(&lat[..10.min(age)], 0.5);
+    let old = percentile(&lat[age.saturating_sub(10)..], 0.5);
+    println!(
+        "commit: latency at age 10 = {:.1} ms, at age {age} = {:.1} ms (ratio {:.2})",
+        young * 1e3,
+        old * 1e3,
+        old / young
+    );
+}

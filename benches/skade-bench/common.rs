@@ -1,0 +1,94 @@
+//! Shared pieces of the bench arms: the synthetic table, summaries, env knobs.
+
+#![allow(unused_imports)]
+
+pub(crate) use std::sync::Arc;
+pub(crate) use std::time::Instant;
+
+pub(crate) use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+pub(crate) use arrow_flight::encode::FlightDataEncoderBuilder;
+pub(crate) use arrow_flight::{FlightClient, FlightDescriptor};
+pub(crate) use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+pub(crate) use futures::{StreamExt, TryStreamExt};
+pub(crate) use iceberg::table::Table;
+pub(crate) use iceberg::{NamespaceIdent, TableIdent};
+pub(crate) use skade::catalog::RedbCatalog;
+pub(crate) use skade::write::{self, IngestStats, WriteProps};
+
+pub(crate) fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub(crate) fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("score", DataType::Float64, true),
+        Field::new("name", DataType::Utf8, true),
+        Field::new("flag", DataType::Boolean, true),
+    ]))
+}
+
+/// The synthetic table: id int64, ts timestamp[us, UTC], score float64, name utf8 of ~16
+/// chars from 1,000 values, flag bool with 5% nulls.
+pub(crate) fn batch(first_id: i64, rows: usize) -> RecordBatch {
+    let ids: Vec<i64> = (first_id..first_id + rows as i64).collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                ids.iter()
+                    .map(|i| 1_700_000_000_000_000 + i * 1_000)
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC"),
+        ),
+        Arc::new(Float64Array::from(
+            ids.iter()
+                .map(|i| ((i.wrapping_mul(2_654_435_761)) % 1_000_000) as f64 / 7.0)
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(StringArray::from(
+            ids.iter()
+                .map(|i| format!("customer-{:07}", (i.wrapping_mul(7919)) % 1000))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(BooleanArray::from(
+            ids.iter()
+                .map(|i| (i % 20 != 0).then_some(i % 3 == 0))
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    RecordBatch::try_new(schema(), columns).expect("batch")
+}
+
+/// Median, min and max of `xs` (non-empty).
+pub(crate) fn summary(xs: &[f64]) -> (f64, f64, f64) {
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+pub(crate) async fn new_table(catalog: &RedbCatalog, name: &str) -> Table {
+    let ident = TableIdent::new(NamespaceIdent::new("bench".into()), name.into());
+    write::ensure_table(catalog, &ident, &schema())
+        .await
+        .expect("table")
+}
+
+/// p-th percentile of `xs` in the same unit (0 ≤ p ≤ 1).
+pub(crate) fn percentile(xs: &[f64], p: f64) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}

@@ -1,0 +1,264 @@
+//! `ingest`: end-to-end Flight DoPut vs the in-process encode ceiling.
+
+use crate::common::*;
+
+/// TPC-H `lineitem` at scale factor `sf`, generated in-process by `tpchgen`, as Arrow
+/// batches of `rows` rows (decimals as decimal(15,2), dates as date32).
+fn lineitem(sf: f64, rows: usize) -> Vec<RecordBatch> {
+    use arrow_array::builder::{
+        Date32Builder, Decimal128Builder, Int32Builder, Int64Builder, StringBuilder,
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("l_orderkey", DataType::Int64, false),
+        Field::new("l_partkey", DataType::Int64, false),
+        Field::new("l_suppkey", DataType::Int64, false),
+        Field::new("l_linenumber", DataType::Int32, false),
+        Field::new("l_quantity", DataType::Int64, false),
+        Field::new("l_extendedprice", DataType::Decimal128(15, 2), false),
+        Field::new("l_discount", DataType::Decimal128(15, 2), false),
+        Field::new("l_tax", DataType::Decimal128(15, 2), false),
+        Field::new("l_returnflag", DataType::Utf8, false),
+        Field::new("l_linestatus", DataType::Utf8, false),
+        Field::new("l_shipdate", DataType::Date32, false),
+        Field::new("l_commitdate", DataType::Date32, false),
+        Field::new("l_receiptdate", DataType::Date32, false),
+        Field::new("l_shipinstruct", DataType::Utf8, false),
+        Field::new("l_shipmode", DataType::Utf8, false),
+        Field::new("l_comment", DataType::Utf8, false),
+    ]));
+    let generator = tpchgen::generators::LineItemGenerator::new(sf, 1, 1);
+    let mut out = Vec::new();
+    let mut iter = generator.iter().peekable();
+    while iter.peek().is_some() {
+        let (mut ok, mut pk, mut sk) = (
+            Int64Builder::new(),
+            Int64Builder::new(),
+            Int64Builder::new(),
+        );
+        let (mut ln, mut qty) = (Int32Builder::new(), Int64Builder::new());
+        let dec = || {
+            Decimal128Builder::new()
+                .with_precision_and_scale(15, 2)
+                .expect("decimal")
+        };
+        let (mut price, mut disc, mut tax) = (dec(), dec(), dec());
+        let (mut rf, mut ls) = (StringBuilder::new(), StringBuilder::new());
+        let (mut sd, mut cd, mut rd) = (
+            Date32Builder::new(),
+            Date32Builder::new(),
+            Date32Builder::new(),
+        );
+        let (mut si, mut sm, mut cm) = (
+            StringBuilder::new(),
+            StringBuilder::new(),
+            StringBuilder::new(),
+        );
+        for l in iter.by_ref().take(rows) {
+            ok.append_value(l.l_orderkey);
+            pk.append_value(l.l_partkey);
+            sk.append_value(l.l_suppkey);
+            ln.append_value(l.l_linenumber);
+            qty.append_value(l.l_quantity);
+            price.append_value(l.l_extendedprice.into_inner() as i128);
+            disc.append_value(l.l_discount.into_inner() as i128);
+            tax.append_value(l.l_tax.into_inner() as i128);
+            rf.append_value(l.l_returnflag);
+            ls.append_value(l.l_linestatus);
+            sd.append_value(l.l_shipdate.to_unix_epoch());
+            cd.append_value(l.l_commitdate.to_unix_epoch());
+            rd.append_value(l.l_receiptdate.to_unix_epoch());
+            si.append_value(l.l_shipinstruct);
+            sm.append_value(l.l_shipmode);
+            cm.append_value(l.l_comment);
+        }
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(ok.finish()),
+            Arc::new(pk.finish()),
+            Arc::new(sk.finish()),
+            Arc::new(ln.finish()),
+            Arc::new(qty.finish()),
+            Arc::new(price.finish()),
+            Arc::new(disc.finish()),
+            Arc::new(tax.finish()),
+            Arc::new(rf.finish()),
+            Arc::new(ls.finish()),
+            Arc::new(sd.finish()),
+            Arc::new(cd.finish()),
+            Arc::new(rd.finish()),
+            Arc::new(si.finish()),
+            Arc::new(sm.finish()),
+            Arc::new(cm.finish()),
+        ];
+        out.push(RecordBatch::try_new(schema.clone(), columns).expect("lineitem batch"));
+    }
+    out
+}
+
+fn arrow_bytes(batches: &[RecordBatch]) -> usize {
+    batches
+        .iter()
+        .flat_map(|b| b.columns())
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
+}
+
+/// Cuts batches into groups of about `target` Arrow bytes, as the streaming put does.
+fn cut(batches: &[RecordBatch], target: usize) -> Vec<Vec<RecordBatch>> {
+    let mut groups = vec![Vec::new()];
+    let mut bytes = 0;
+    for b in batches {
+        groups.last_mut().expect("group").push(b.clone());
+        bytes += arrow_bytes(std::slice::from_ref(b));
+        if bytes >= target {
+            groups.push(Vec::new());
+            bytes = 0;
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}
+
+/// Encodes `groups` on all cores with parquet-rs's default writer properties and zstd(1):
+/// the "what a user gets by default" baseline. Returns Parquet bytes written.
+fn encode_parquet_defaults(groups: &[Vec<RecordBatch>]) -> usize {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, ZstdLevel};
+    use parquet::file::properties::WriterProperties;
+    use rayon::prelude::*;
+    groups
+        .par_iter()
+        .map(|group| {
+            let props = WriterProperties::builder()
+                .set_compression(Compression::ZSTD(ZstdLevel::default()))
+                .build();
+            let mut out = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut out, group[0].schema(), Some(props)).expect("writer");
+            for b in group {
+                writer.write(b).expect("write");
+            }
+            writer.close().expect("close");
+            out.len()
+        })
+        .sum()
+}
+
+async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let bytes = arrow_bytes(&batches) as f64;
+    let target = 128 << 20;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let catalog = RedbCatalog::open(&dir.path().join("catalog.redb"), &dir.path().join("wh"))
+        .expect("catalog");
+    let ident = TableIdent::new(
+        NamespaceIdent::new("bench".into()),
+        format!("{name}_encode"),
+    );
+    let table = write::ensure_table(&catalog, &ident, &batches[0].schema())
+        .await
+        .expect("table");
+    let arrow = write::table_arrow_schema(&table).expect("schema");
+    let conformed: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| write::conform_batch("bench", b, &arrow).expect("conform"))
+        .collect();
+    let groups = cut(&conformed, target);
+    let raw_groups = cut(&batches, target);
+
+    let (mut defaults, mut ceiling, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut default_size, mut skade_size) = (0, 0);
+    for run in 0..runs {
+        let g = raw_groups.clone();
+        let started = Instant::now();
+        default_size = tokio::task::spawn_blocking(move || encode_parquet_defaults(&g))
+            .await
+            .expect("encode");
+        defaults.push(rows as f64 / started.elapsed().as_secs_f64());
+
+        let started = Instant::now();
+        let encoded = write::encode(&table, groups.clone()).await.expect("encode");
+        ceiling.push(rows as f64 / started.elapsed().as_secs_f64());
+        skade_size = encoded.iter().map(|f| f.bytes.len()).sum();
+
+        let server_dir = tempfile::tempdir().expect("temp dir");
+        let running = skade::start(skade::Config::for_tests(server_dir.path()))
+            .await
+            .expect("server");
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://{}", running.flight_addr))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+        let mut client = FlightClient::new(channel);
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(batches[0].schema())
+            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+                "bench".into(),
+                format!("{name}_{run}"),
+            ])))
+            .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
+        let started = Instant::now();
+        let acks: Vec<_> = client
+            .do_put(data)
+            .await
+            .expect("put")
+            .try_collect()
+            .await
+            .expect("acks");
+        e2e.push(rows as f64 / started.elapsed().as_secs_f64());
+        assert!(!acks.is_empty());
+        running.shutdown_and_wait().await.expect("shutdown");
+    }
+    let (d, d_min, d_max) = summary(&defaults);
+    let (c, c_min, c_max) = summary(&ceiling);
+    let (e, e_min, e_max) = summary(&e2e);
+    let mb = |r: f64| r * bytes / rows as f64 / 1e6;
+    println!(
+        "ingest {name}: {rows} rows, {:.0} MB of Arrow, {runs} runs, medians (min–max)",
+        bytes / 1e6
+    );
+    println!("| lane | rows/s | MB/s | min–max rows/s | Parquet bytes |");
+    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| parquet-rs defaults, zstd(1), all cores | {d:.0} | {:.0} | {d_min:.0}–{d_max:.0} | {default_size} |",
+        mb(d)
+    );
+    println!(
+        "| (a) skade encode ceiling, all cores | {c:.0} | {:.0} | {c_min:.0}–{c_max:.0} | {skade_size} |",
+        mb(c)
+    );
+    println!(
+        "| (b) skade end to end, Flight loopback | {e:.0} | {:.0} | {e_min:.0}–{e_max:.0} | |",
+        mb(e)
+    );
+    println!(
+        "ingest {name}: skade/encode_ceiling = {:.2} (skade {:.2} M rows/s, ceiling {:.2} M rows/s)",
+        e / c,
+        e / 1e6,
+        c / 1e6
+    );
+    println!(
+        "ingest {name}: skade_writer/parquet_defaults = {:.2} (skade encode {:.2} M rows/s, defaults {:.2} M rows/s; files {:.2}x the size)",
+        c / d,
+        c / 1e6,
+        d / 1e6,
+        skade_size as f64 / default_size as f64
+    );
+}
+
+pub(crate) async fn ingest(runs: usize) {
+    let rows = env_usize("SKADE_INGEST_ROWS", 10_000_000);
+    let synthetic: Vec<RecordBatch> = (0..rows.div_ceil(65_536))
+        .map(|i| batch((i * 65_536) as i64, 65_536.min(rows - i * 65_536)))
+        .collect();
+    ingest_workload("synthetic", synthetic, runs).await;
+    let sf: f64 = std::env::var("SKADE_TPCH_SF")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0);
+    let lineitem = tokio::task::spawn_blocking(move || lineitem(sf, 65_536))
+        .await
+        .expect("lineitem");
+    ingest_workload(&format!("lineitem_sf{sf}"), lineitem, runs).await;
+}
