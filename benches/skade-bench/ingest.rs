@@ -260,5 +260,5 @@ pub(crate) async fn ingest(runs: usize) {
     let lineitem = tokio::task::spawn_blocking(move || lineitem(sf, 65_536))
         .await
         .expect("lineitem");
-    ingest_workload(&format!("lineitem_sf{sf}"), lineitem, runs).await;
+    ingest_workload(&format!("lineitem_sf{sf}").replace('.', "_"), lineitem, runs).await;
 }
