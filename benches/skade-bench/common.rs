@@ -92,3 +92,65 @@ pub(crate) fn percentile(xs: &[f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
+
+/// A real skade server (`Config::for_tests`: 127.0.0.1, port 0) on a temp data dir, with a
+/// Flight client connected to it over loopback.
+pub(crate) struct Server {
+    /// The running service; stop it with [`Server::stop`].
+    pub(crate) running: skade::Running,
+    /// A client on one connection to `running.flight_addr`.
+    pub(crate) client: FlightClient,
+    /// The data dir, removed when the server is dropped.
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts a server on a new temp data dir and connects a client.
+    pub(crate) async fn start() -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let running = skade::start(skade::Config::for_tests(dir.path()))
+            .await
+            .expect("server");
+        let channel =
+            tonic::transport::Channel::from_shared(format!("http://{}", running.flight_addr))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect");
+        Server {
+            running,
+            client: FlightClient::new(channel),
+            dir,
+        }
+    }
+
+    /// Shuts the server down and waits for it; then removes the data dir.
+    pub(crate) async fn stop(self) {
+        self.running.shutdown_and_wait().await.expect("shutdown");
+        drop(self.dir);
+    }
+}
+
+/// Puts `batches` (all of `schema`) to table `bench.<table>` in one DoPut and returns the
+/// server's acks once the put is committed.
+pub(crate) async fn put(
+    client: &mut FlightClient,
+    table: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Vec<arrow_flight::PutResult> {
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+            "bench".into(),
+            table.into(),
+        ])))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)));
+    client
+        .do_put(data)
+        .await
+        .expect("put")
+        .try_collect()
+        .await
+        .expect("acks")
+}

@@ -24,6 +24,11 @@
 //! - `memory`: peak RSS of the process while a real server ingests a streaming put of
 //!   `SKADE_MEM_GIB` (5) GiB of Arrow data over Flight loopback, vs the memory budget
 //!   `SKADE_MEM_BUDGET_MIB` (512).
+//! - `peers`: skade vs pyiceberg 0.12 (`benches/peers/pyiceberg_peer.py`, `SqlCatalog` on
+//!   sqlite, venv `benches/peers/.venv` or `SKADE_PEERS_PYTHON`) and iceberg-rust's own
+//!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches
+//!   (`SKADE_PEERS_ROWS`, 10 M): bulk rows/s and tiny (10-row) commits/s
+//!   (`SKADE_PEERS_TINY`, 200), as multiples of each peer.
 
 mod commit;
 mod common;
@@ -31,11 +36,19 @@ mod ingest;
 mod memory;
 mod multi;
 mod overlap;
+mod peers;
 
 use common::env_usize;
 
 /// Every arm, in the order `all` (or no argument) runs them.
-const ARMS: &[&str] = &["ingest", "multi", "committer_overlap", "commit", "memory"];
+const ARMS: &[&str] = &[
+    "ingest",
+    "multi",
+    "committer_overlap",
+    "commit",
+    "memory",
+    "peers",
+];
 
 fn main() {
     let runs = env_usize("SKADE_BENCH_RUNS", 3).max(1);
@@ -60,6 +73,7 @@ fn main() {
                 "ingest" => ingest::ingest(runs).await,
                 "commit" => commit::commit(runs).await,
                 "multi" => multi::multi(runs).await,
+                "peers" => peers::peers(runs).await,
                 other => eprintln!("unknown arm {other:?}; arms: all, {}", ARMS.join(", ")),
             }
         }
