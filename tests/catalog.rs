@@ -265,3 +265,184 @@ async fn catalog_survives_reopen() {
         "non-empty namespace"
     );
 }
+
+// Group commit: concurrent releases share one warehouse sync and one redb transaction.
+
+/// Waits (≤ 30 s) until `n` releases are queued behind a [`RedbCatalog::pause_commits`].
+async fn until_queued(catalog: &RedbCatalog, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while catalog.queued_commits() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} commits queued",
+            catalog.queued_commits()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// 16 streams' commits into 16 tables, released together by a barrier: every commit
+/// lands (one snapshot and its rows per table), and the commits shared redb
+/// transactions — fewer transactions (= fsyncs) than commits, one warehouse sync each.
+///
+/// RED once: with the committer taking one queued release per batch instead of all of
+/// them, "16 concurrent commits made 16 redb transactions; expected fewer than 16".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_concurrent_commits_share_redb_transactions() {
+    let f = open();
+    let c = &f.catalog;
+    let mut prepared = Vec::new();
+    for k in 0..16 {
+        let t = table(c, &format!("g{k}")).await;
+        let data = files(&t, k * 100, 5).await;
+        prepared.push((t, data));
+    }
+    let (commits, syncs) = (c.commit_count(), c.sync_count());
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(16));
+    let mut tasks = Vec::new();
+    for (t, data) in prepared {
+        let (c, barrier) = (c.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            write::commit_files(c.as_ref(), &t, data).await
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    for k in 0..16 {
+        let name = format!("g{k}");
+        assert_eq!(snapshots(c, &name).await, 1, "{name}");
+        assert_eq!(row_count(c, &name).await, 5, "{name}");
+    }
+    let transactions = c.commit_count() - commits;
+    assert!(
+        (1..16).contains(&transactions),
+        "16 concurrent commits made {transactions} redb transactions; expected fewer than 16"
+    );
+    assert_eq!(
+        c.sync_count() - syncs,
+        transactions,
+        "one warehouse sync per shared transaction"
+    );
+}
+
+/// Ten releases queued behind a pause commit as ONE transaction; two of them were built
+/// on the same base of one table, so the second one's compare-and-swap fails — as a
+/// retryable conflict of its own, while the other nine commit.
+///
+/// RED once: with a failed compare-and-swap failing (and rolling back) the whole batch,
+/// as the one-transaction-per-commit code did for its single commit, the first release
+/// of ns.s failed too ("CatalogCommitConflicts ... table ns.s was committed
+/// concurrently"), and with it every release of the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_release_in_a_shared_batch_fails_alone() {
+    let f = open();
+    let c = &f.catalog;
+    let s = table(c, "s").await;
+    let first = stage_fast_append(&s, files(&s, 0, 3).await).await.unwrap();
+    let second = stage_fast_append(&s, files(&s, 3, 4).await).await.unwrap();
+    let mut others = Vec::new();
+    for k in 0..8 {
+        let t = table(c, &format!("c{k}")).await;
+        let (req, upd) = stage_fast_append(&t, files(&t, 0, 2).await).await.unwrap();
+        others.push((ident(&format!("c{k}")), req, upd));
+    }
+    let (commits, syncs) = (c.commit_count(), c.sync_count());
+    let pause = c.pause_commits();
+    let release = |entry: skade::catalog::ReleaseEntry| {
+        let c = c.clone();
+        tokio::spawn(async move { c.atomic_release_raw(vec![entry]).await })
+    };
+    let first = release((ident("s"), first.0, first.1));
+    until_queued(c, 1).await;
+    let second = release((ident("s"), second.0, second.1));
+    until_queued(c, 2).await;
+    let others: Vec<_> = others.into_iter().map(release).collect();
+    until_queued(c, 10).await;
+    drop(pause);
+
+    first.await.unwrap().unwrap();
+    let err = second.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts, "{err}");
+    assert!(err.retryable(), "{err}");
+    for (k, task) in others.into_iter().enumerate() {
+        let result = task.await.unwrap();
+        assert!(result.is_ok(), "release of c{k}: {result:?}");
+        assert_eq!(snapshots(c, &format!("c{k}")).await, 1);
+    }
+    assert_eq!(snapshots(c, "s").await, 1);
+    assert_eq!(row_count(c, "s").await, 3, "the first release's rows only");
+    assert_eq!(c.commit_count() - commits, 1, "one shared transaction");
+    assert_eq!(c.sync_count() - syncs, 1, "one shared warehouse sync");
+}
+
+/// A multi-table release that shares its batch with single-table releases stays all or
+/// nothing: its second table's base was moved by a release queued before it, so none of
+/// its tables advances — while the single-table releases of the batch commit.
+///
+/// RED once: with each flip checked and written in turn (instead of checking all of a
+/// release's flips before writing any), the multi-table release's first table advanced
+/// although the release failed ("m.q must not advance — left: 1, right: 0").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_table_release_in_a_shared_batch_stays_all_or_nothing() {
+    let f = open();
+    let c = &f.catalog;
+    let p = table(c, "p").await;
+    let q = table(c, "q").await;
+    let r = table(c, "r").await;
+    let on_p = stage_fast_append(&p, files(&p, 0, 3).await).await.unwrap();
+    let also_on_p = stage_fast_append(&p, files(&p, 3, 3).await).await.unwrap();
+    let on_q = stage_fast_append(&q, files(&q, 0, 3).await).await.unwrap();
+    let on_r = stage_fast_append(&r, files(&r, 0, 3).await).await.unwrap();
+    let commits = c.commit_count();
+    let pause = c.pause_commits();
+    let release = |batch: Vec<skade::catalog::ReleaseEntry>| {
+        let c = c.clone();
+        tokio::spawn(async move { c.atomic_release_raw(batch).await })
+    };
+    let single_p = release(vec![(ident("p"), on_p.0, on_p.1)]);
+    until_queued(c, 1).await;
+    let multi = release(vec![
+        (ident("q"), on_q.0, on_q.1),
+        (ident("p"), also_on_p.0, also_on_p.1),
+    ]);
+    until_queued(c, 2).await;
+    let single_r = release(vec![(ident("r"), on_r.0, on_r.1)]);
+    until_queued(c, 3).await;
+    drop(pause);
+
+    single_p.await.unwrap().unwrap();
+    single_r.await.unwrap().unwrap();
+    let err = multi.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::CatalogCommitConflicts, "{err}");
+    assert_eq!(snapshots(c, "q").await, 0, "m.q must not advance");
+    assert_eq!(snapshots(c, "p").await, 1);
+    assert_eq!(snapshots(c, "r").await, 1);
+    assert_eq!(c.commit_count() - commits, 1, "one shared transaction");
+}
+
+/// The metadata cache never outlives the pointer: a table dropped and re-registered at an
+/// older metadata location loads that location's metadata, not the cached newer one.
+///
+/// RED once: with the cache answering without comparing the location and `drop_table`
+/// not forgetting the table, the load returned the cached metadata with its snapshot
+/// ("load reads the re-registered location — left: 1, right: 0").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_follows_the_pointer_not_the_cache() {
+    let f = open();
+    let c = &f.catalog;
+    let t = table(c, "m").await;
+    let old_location = t.metadata_location().unwrap().to_string();
+    let data = files(&t, 0, 4).await;
+    let t = write::commit_files(c.as_ref(), &t, data).await.unwrap();
+    assert_eq!(t.metadata().snapshots().count(), 1);
+    c.drop_table(&ident("m")).await.unwrap();
+    let registered = c.register_table(&ident("m"), old_location).await.unwrap();
+    assert_eq!(registered.metadata().snapshots().count(), 0);
+    assert_eq!(
+        snapshots(c, "m").await,
+        0,
+        "load reads the re-registered location"
+    );
+}

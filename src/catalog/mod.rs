@@ -10,10 +10,16 @@
 //!
 //! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one write
 //! transaction, one fsync, all or nothing (design note `ingest_multi` §f0, §f4).
+//! Concurrent commits (of different tables, or several multi-table releases) share one
+//! warehouse sync and one write transaction ([`group_commit`]), each still acked only
+//! after that transaction is durable. The latest metadata of each table is kept parsed
+//! ([`metadata_cache`]), so a commit does not re-read the JSON it just wrote.
 //! [`gc`] removes the files no table's metadata references (`skade gc`).
 
 pub mod durable;
 pub mod gc;
+mod group_commit;
+mod metadata_cache;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -24,13 +30,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use iceberg::Runtime;
 use iceberg::io::FileIO;
-use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::spec::{TableMetadata, TableMetadataBuilder, TableMetadataRef};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
     TableCreation, TableIdent, TableRequirement, TableUpdate,
 };
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use group_commit::{Committer, Flip};
+use metadata_cache::MetadataCache;
 
 /// Namespace key → JSON object of the namespace's properties.
 const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
@@ -42,13 +51,24 @@ const KEY_SEP: char = '\u{1f}';
 
 static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 
-/// Process-global count of durable redb write transactions on the data paths: one per
-/// single-table commit ([`Catalog::update_table`]) and one per non-empty
-/// [`RedbCatalog::atomic_release_raw`]. Each is one fsync at `Durability::Immediate`, so
-/// this is the write path's commit-fsync count (design note `ingest_multi` §f4). DDL
-/// (namespace/table create, drop, rename, register) does not count.
+/// Process-global count of durable redb write transactions on the data paths. Each is
+/// one fsync at `Durability::Immediate`, so this is the write path's commit-fsync count
+/// (design note `ingest_multi` §f4): a lone single-table commit
+/// ([`Catalog::update_table`]) or a non-empty [`RedbCatalog::atomic_release_raw`] counts
+/// one; commits that ran concurrently and shared one transaction ([`group_commit`])
+/// count one together, so under contention this is less than the number of commits.
+/// DDL (namespace/table create, drop, rename, register) does not count.
 pub fn redb_commit_count() -> u64 {
     REDB_COMMITS.load(Ordering::Relaxed)
+}
+
+/// A pause of a catalog's commits ([`RedbCatalog::pause_commits`]); dropping it resumes
+/// them, committing everything queued meanwhile as one batch.
+#[doc(hidden)]
+#[derive(Debug)]
+#[must_use = "dropping the pause resumes commits at once"]
+pub struct CommitPause {
+    _held: group_commit::Pause,
 }
 
 /// One table's entry in [`RedbCatalog::atomic_release_raw`]: the table, the requirements
@@ -84,10 +104,9 @@ pub struct RedbCatalog {
     warehouse: PathBuf,
     file_io: FileIO,
     runtime: Runtime,
-    commits: AtomicU64,
-    on_commit: Option<prometheus::IntCounter>,
-    syncs: Arc<AtomicU64>,
-    on_sync: Option<prometheus::IntCounter>,
+    /// Every data commit's pointer flips go through it (group commit).
+    committer: Arc<Committer>,
+    metadata: MetadataCache,
 }
 
 /// A table commit whose metadata JSON is written and whose pointer has not moved yet.
@@ -118,51 +137,74 @@ impl RedbCatalog {
             .map_err(|e| io_error("create warehouse", warehouse, e))?;
         let warehouse = std::fs::canonicalize(warehouse)
             .map_err(|e| io_error("resolve warehouse", warehouse, e))?;
-        let db = Database::create(catalog_path).map_err(|e| {
+        let db = Arc::new(Database::create(catalog_path).map_err(|e| {
             redb_error(e).with_context("catalog", catalog_path.display().to_string())
-        })?;
+        })?);
         let txn = db.begin_write().map_err(redb_error)?;
         txn.open_table(NAMESPACES).map_err(redb_error)?;
         txn.open_table(TABLES).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         Ok(Self {
-            db: Arc::new(db),
+            committer: Arc::new(Committer::new(db.clone(), warehouse.clone())),
+            db,
             warehouse,
             file_io: FileIO::new_with_fs(),
             runtime: Runtime::try_current()?,
-            commits: AtomicU64::new(0),
-            on_commit: None,
-            syncs: Arc::new(AtomicU64::new(0)),
-            on_sync: None,
+            metadata: MetadataCache::default(),
         })
     }
 
-    /// Also counts every data commit of this catalog on `counter` (the
-    /// `skade_catalog_commits_total` metric).
-    pub fn with_commit_counter(mut self, counter: prometheus::IntCounter) -> Self {
-        self.on_commit = Some(counter);
+    /// Also counts every data commit transaction of this catalog on `counter` (the
+    /// `skade_catalog_commits_total` metric; see [`Self::commit_count`]). Only the first
+    /// counter given is used.
+    pub fn with_commit_counter(self, counter: prometheus::IntCounter) -> Self {
+        let _ = self.committer.counters.on_commit.set(counter);
         self
     }
 
     /// Also counts every warehouse sync of this catalog's data commits on `counter` (the
-    /// `skade_file_syncs_total` metric).
-    pub fn with_sync_counter(mut self, counter: prometheus::IntCounter) -> Self {
-        self.on_sync = Some(counter);
+    /// `skade_file_syncs_total` metric; see [`Self::sync_count`]). Only the first counter
+    /// given is used.
+    pub fn with_sync_counter(self, counter: prometheus::IntCounter) -> Self {
+        let _ = self.committer.counters.on_sync.set(counter);
         self
     }
 
-    /// Durable data-path commits made through this catalog instance (see
-    /// [`redb_commit_count`] for the process-global count).
+    /// Durable data-path redb write transactions made through this catalog instance =
+    /// commit fsyncs (see [`redb_commit_count`] for the process-global count). Commits
+    /// that ran concurrently and shared one transaction ([`group_commit`]) count once
+    /// together; a transaction in which every commit conflicted is rolled back and does
+    /// not count.
     pub fn commit_count(&self) -> u64 {
-        self.commits.load(Ordering::Relaxed)
+        self.committer.counters.commits.load(Ordering::Relaxed)
     }
 
-    /// Warehouse syncs ([`durable::sync_warehouse`], one `syncfs(2)` each) that succeeded
-    /// for this instance's data commits: one per attempted pointer flip, made before the
-    /// redb transaction checks the base, so a commit that then loses a race still counts.
-    /// Table creation (DDL) syncs too but is not counted, as for [`Self::commit_count`].
+    /// Warehouse syncs ([`durable::sync_warehouse`], one `syncfs(2)` each) made for this
+    /// instance's data commits: one per counted redb transaction of
+    /// [`Self::commit_count`], made after the transaction's compare-and-swaps passed and
+    /// before it commits (a commit that loses a race no longer syncs). Table creation
+    /// (DDL) syncs too but is not counted, as for [`Self::commit_count`].
     pub fn sync_count(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
+        self.committer.counters.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Testing aid for group commit: while the returned guard lives, data commits of this
+    /// catalog queue and none reaches redb; dropping it commits everything queued as ONE
+    /// batch (one warehouse sync, one write transaction). A batch already running when
+    /// the pause starts finishes first. Never needed in production: holding it stalls
+    /// every commit.
+    #[doc(hidden)]
+    pub fn pause_commits(&self) -> CommitPause {
+        CommitPause {
+            _held: self.committer.pause(),
+        }
+    }
+
+    /// Testing aid: data commits queued for the next group-commit batch (see
+    /// [`Self::pause_commits`]).
+    #[doc(hidden)]
+    pub fn queued_commits(&self) -> usize {
+        self.committer.queued()
     }
 
     /// The warehouse root (absolute).
@@ -180,7 +222,11 @@ impl RedbCatalog {
     /// # Errors
     /// `TableNotFound` when the table does not exist; `Unexpected` for redb failures.
     pub async fn metadata_location(&self, ident: &TableIdent) -> Result<String> {
-        let key = table_key(ident)?;
+        self.pointer(ident, table_key(ident)?).await
+    }
+
+    /// The stored pointer of table `key` (`ident`'s key, named in errors).
+    async fn pointer(&self, ident: &TableIdent, key: String) -> Result<String> {
         let db = self.db.clone();
         let found = blocking(move || {
             let txn = db.begin_read().map_err(redb_error)?;
@@ -196,9 +242,11 @@ impl RedbCatalog {
     /// advances or none does.
     ///
     /// Each entry's requirements are checked against its table's current metadata and its
-    /// updates applied; the new metadata JSON files are written and the warehouse synced;
-    /// then one write transaction compare-and-swaps every pointer. Returns the advanced
-    /// tables in input order. An empty batch does no redb write and returns `[]`.
+    /// updates applied; the new metadata JSON files are written (all tables at once), the
+    /// warehouse synced, then one write transaction compare-and-swaps every pointer —
+    /// shared with concurrent commits ([`group_commit`]), which cannot make this release
+    /// partial. Returns the advanced tables in input order. An empty batch does no redb
+    /// write and returns `[]`.
     ///
     /// # Errors
     /// - `DataInvalid` when an identifier appears twice — rejected before anything is
@@ -237,19 +285,21 @@ impl RedbCatalog {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let mut prepared = Vec::with_capacity(batch.len());
-        for entry in batch {
-            prepared.push(match entry {
+        // Every table's metadata is built and written at once: a flush of N tables waits
+        // for the slowest write, not for the sum of N.
+        let prepared = futures::future::try_join_all(batch.into_iter().map(|entry| async {
+            match entry {
                 Release::Advance((ident, requirements, updates)) => {
-                    self.prepare_commit(&ident, requirements, updates).await?
+                    self.prepare_commit(&ident, requirements, updates).await
                 }
                 Release::Create {
                     table,
                     requirements,
                     updates,
-                } => self.prepare_create(table, requirements, updates).await?,
-            });
-        }
+                } => self.prepare_create(table, requirements, updates).await,
+            }
+        }))
+        .await?;
         self.release(prepared).await
     }
 
@@ -300,7 +350,7 @@ impl RedbCatalog {
             .write_to(&self.file_io, &MetadataLocation::from_str(&first_location)?)
             .await?;
         let (new_location, metadata) = if updates.is_empty() {
-            (first_location, planned.metadata().clone())
+            (first_location, planned.metadata_ref())
         } else {
             self.write_next_metadata(planned.metadata(), &first_location, updates)
                 .await?
@@ -329,7 +379,7 @@ impl RedbCatalog {
         base: &TableMetadata,
         base_location: &str,
         updates: Vec<TableUpdate>,
-    ) -> Result<(String, TableMetadata)> {
+    ) -> Result<(String, TableMetadataRef)> {
         let mut builder = base.clone().into_builder(Some(base_location.to_string()));
         for update in updates {
             builder = update.apply(builder)?;
@@ -339,7 +389,7 @@ impl RedbCatalog {
             .with_next_version()
             .with_new_metadata(&metadata);
         metadata.write_to(&self.file_io, &location).await?;
-        Ok((location.to_string(), metadata))
+        Ok((location.to_string(), Arc::new(metadata)))
     }
 
     /// Builds and writes the new metadata for one table; does not move its pointer.
@@ -367,90 +417,28 @@ impl RedbCatalog {
         })
     }
 
-    /// Syncs the warehouse, then flips every prepared pointer in one write transaction.
+    /// Flips every prepared pointer in one redb write transaction — shared with any
+    /// concurrent release ([`group_commit`]) — after the warehouse sync that makes the
+    /// prepared files durable; returns once that transaction is durable. Remembers each
+    /// table's new metadata ([`metadata_cache`]).
+    ///
+    /// # Errors
+    /// As [`Committer::submit`]; nothing of `prepared` is visible then.
     async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
-        let db = self.db.clone();
-        let warehouse = self.warehouse.clone();
-        let syncs = self.syncs.clone();
-        let on_sync = self.on_sync.clone();
-        type Flip = (String, Option<String>, String, String, Vec<String>);
-        let flips: Vec<Flip> = prepared
+        let flips = prepared
             .iter()
-            .map(|p| {
-                (
-                    p.key.clone(),
-                    p.base_location.clone(),
-                    p.new_location.clone(),
-                    p.table.identifier().to_string(),
-                    p.namespaces.clone(),
-                )
+            .map(|p| Flip {
+                key: p.key.clone(),
+                base: p.base_location.clone(),
+                new: p.new_location.clone(),
+                table: p.table.identifier().to_string(),
+                namespaces: p.namespaces.clone(),
             })
             .collect();
-        blocking(move || {
-            durable::sync_warehouse(&warehouse)
-                .map_err(|e| io_error("sync warehouse", &warehouse, e))?;
-            syncs.fetch_add(1, Ordering::Relaxed);
-            if let Some(counter) = &on_sync {
-                counter.inc();
-            }
-            let txn = db.begin_write().map_err(redb_error)?;
-            {
-                let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
-                let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-                for (key, base, new, ident, create_namespaces) in &flips {
-                    let current = tables
-                        .get(key.as_str())
-                        .map_err(redb_error)?
-                        .map(|v| v.value().to_string());
-                    let Some(base) = base else {
-                        // A create: the table must still be absent.
-                        if current.is_some() {
-                            return Err(Error::new(
-                                ErrorKind::TableAlreadyExists,
-                                format!("table {ident} was created concurrently"),
-                            ));
-                        }
-                        for ns in create_namespaces {
-                            if namespaces.get(ns.as_str()).map_err(redb_error)?.is_none() {
-                                namespaces.insert(ns.as_str(), "{}").map_err(redb_error)?;
-                            }
-                        }
-                        tables
-                            .insert(key.as_str(), new.as_str())
-                            .map_err(redb_error)?;
-                        continue;
-                    };
-                    match current {
-                        None => {
-                            return Err(Error::new(
-                                ErrorKind::TableNotFound,
-                                format!("table {ident} was dropped during the commit"),
-                            ));
-                        }
-                        Some(current) if current != *base => {
-                            return Err(Error::new(
-                                ErrorKind::CatalogCommitConflicts,
-                                format!("table {ident} was committed concurrently"),
-                            )
-                            .with_context("expected", base.clone())
-                            .with_context("found", current)
-                            .with_retryable(true));
-                        }
-                        Some(_) => {}
-                    }
-                    tables
-                        .insert(key.as_str(), new.as_str())
-                        .map_err(redb_error)?;
-                }
-            }
-            txn.commit().map_err(redb_error)?;
-            Ok(())
-        })
-        .await?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        REDB_COMMITS.fetch_add(1, Ordering::Relaxed);
-        if let Some(counter) = &self.on_commit {
-            counter.inc();
+        self.committer.submit(flips).await?;
+        for p in &prepared {
+            self.metadata
+                .put(&p.key, &p.new_location, p.table.metadata_ref());
         }
         Ok(prepared.into_iter().map(|p| p.table).collect())
     }
@@ -459,7 +447,7 @@ impl RedbCatalog {
         &self,
         ident: TableIdent,
         location: String,
-        metadata: TableMetadata,
+        metadata: impl Into<TableMetadataRef>,
     ) -> Result<Table> {
         Table::builder()
             .file_io(self.file_io.clone())
@@ -707,18 +695,33 @@ impl Catalog for RedbCatalog {
         let metadata_location = metadata_location.to_string();
         self.insert_pointer(&ident, metadata_location.clone())
             .await?;
+        let metadata = Arc::new(metadata);
+        self.metadata
+            .put(&table_key(&ident)?, &metadata_location, metadata.clone());
         self.table_handle(ident, metadata_location, metadata)
     }
 
+    /// Loads the table at its current pointer (read from redb every time); the metadata
+    /// JSON is read and parsed only when it is not the one last seen at that location
+    /// ([`metadata_cache`]).
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
-        let location = self.metadata_location(ident).await?;
-        let metadata = TableMetadata::read_from(&self.file_io, &location).await?;
+        let key = table_key(ident)?;
+        let location = self.pointer(ident, key.clone()).await?;
+        let metadata = match self.metadata.get(&key, &location) {
+            Some(metadata) => metadata,
+            None => {
+                let metadata = Arc::new(TableMetadata::read_from(&self.file_io, &location).await?);
+                self.metadata.put(&key, &location, metadata.clone());
+                metadata
+            }
+        };
         self.table_handle(ident.clone(), location, metadata)
     }
 
     /// Removes the table from the catalog; its files stay on disk.
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
         let key = table_key(ident)?;
+        self.metadata.remove(&key);
         let id = ident.clone();
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
@@ -752,6 +755,7 @@ impl Catalog for RedbCatalog {
         }
         let src_key = table_key(src)?;
         let dest_key = table_key(dest)?;
+        self.metadata.remove(&src_key);
         let (s, d) = (src.clone(), dest.clone());
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
@@ -783,10 +787,13 @@ impl Catalog for RedbCatalog {
 
     /// Commits one table: checks the requirements against the current metadata, applies
     /// the updates, writes the new metadata JSON, syncs the warehouse and flips the pointer
-    /// in ONE redb write transaction (compare-and-swap on the base location).
+    /// in ONE redb write transaction (compare-and-swap on the base location), which
+    /// concurrent commits may share ([`group_commit`]); returns once it is durable.
     ///
     /// # Errors
-    /// `CatalogCommitConflicts`, retryable, when a requirement fails or the pointer moved.
+    /// `CatalogCommitConflicts`, retryable, when a requirement fails or the pointer moved
+    /// (only this commit fails, not others sharing its transaction); `Unexpected` when the
+    /// warehouse sync or the redb transaction failed.
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
         let prepared = self

@@ -192,14 +192,18 @@ pub fn table_commit_lock(uuid: uuid::Uuid) -> Arc<tokio::sync::Mutex<()>> {
 /// Commits `data_files` to `table` as one fast append (one snapshot, one catalog commit).
 /// Commits to one table from this process take turns ([`table_commit_lock`]); a
 /// concurrent commit from elsewhere makes iceberg rebase and retry (the catalog's
-/// conflicts are retryable).
+/// conflicts are retryable). Commits to *other* tables running at the same time share
+/// the catalog's warehouse sync and redb transaction (group commit); this returns only
+/// once that transaction is durable.
 ///
 /// # Errors
 /// [`WriteError::Catalog`]: a conflict that outlasted iceberg's retries, or a storage
-/// failure of the manifest/metadata writes.
+/// failure of the manifest/metadata writes, the warehouse sync or the redb transaction.
 ///
 /// # Cancel safety
-/// Dropping the future before the catalog's write transaction commits commits nothing.
+/// Dropping the future before the commit reaches the catalog's committer commits
+/// nothing; once it has been queued there (the last step) it commits with its batch
+/// even if dropped, and the new snapshot is visible without this caller learning it.
 pub async fn commit_files(
     catalog: &dyn Catalog,
     table: &Table,
