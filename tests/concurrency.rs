@@ -170,7 +170,8 @@ async fn sixteen_streams_into_one_table_lose_and_double_nothing() {
 }
 
 /// 16 streams at once into 16 tables: each table holds exactly its stream's rows in 3
-/// snapshots, and the per-table and total counters match.
+/// snapshots, and the per-table counters match; the commits shared redb transactions
+/// (at most one per commit, one warehouse sync each).
 ///
 /// RED once: with `record_commit` counting every table's rows under one fixed label
 /// (`"conc.t0"`), the check of t0 failed ("t0 — left: 4800.0, right: 300.0").
@@ -214,8 +215,15 @@ async fn sixteen_streams_into_sixteen_tables_lose_and_double_nothing() {
             "{name}"
         );
     }
-    assert_eq!(metric(&body, "skade_catalog_commits_total"), commits as f64);
-    assert_eq!(metric(&body, "skade_file_syncs_total"), commits as f64);
+    // Commits of different tables that run at the same time share one redb transaction
+    // (group commit): the counter counts transactions (= fsyncs), at most one per commit,
+    // each with its one warehouse sync.
+    let transactions = metric(&body, "skade_catalog_commits_total");
+    assert!(
+        (1.0..=commits as f64).contains(&transactions),
+        "{transactions} transactions for {commits} commits"
+    );
+    assert_eq!(metric(&body, "skade_file_syncs_total"), transactions);
     server.stop().await;
 }
 
