@@ -37,6 +37,13 @@ use tracing::info;
 pub use catalog::{RedbCatalog, redb_commit_count};
 pub use config::Config;
 use flight::{Service, SkadeFlight};
+
+/// HTTP/2 receive window of one gRPC stream, in bytes. A `DoPut` is one long upload; with
+/// hyper's 1 MiB default the client waits for a window update every MiB, which caps a
+/// loopback put well below what the encoder can take (`skade-bench -- ingest`).
+const STREAM_WINDOW_BYTES: u32 = 16 << 20;
+/// HTTP/2 receive window of one connection, in bytes (shared by its streams).
+const CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
 use metrics::Metrics;
 
 /// Why the service could not start.
@@ -208,7 +215,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     health
         .set_serving::<FlightServiceServer<SkadeFlight>>()
         .await;
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)

@@ -2,20 +2,18 @@
 //!
 //! Each group becomes one file. Groups are encoded in parallel on rayon's pool and the
 //! results come back in input order (`encoded[i]` is group `i`), the submission order every
-//! write path preserves (design note `ingest_pipelined_overlap` §f2). The encoder is
-//! iceberg's own `ParquetWriter` writing into a private in-memory `FileIO`, so every file's
-//! `DataFile` statistics (record count, column sizes, value/null/NaN counts, lower/upper
-//! bounds) are computed by iceberg itself, and two paths given the same groups produce
-//! byte-identical files.
+//! write path preserves (design note `ingest_pipelined_overlap` §f2). Each file is itself
+//! encoded column-parallel ([`super::parallel`]), byte-identical to what iceberg's own
+//! `ParquetWriter` writes for the same batches, with its `DataFile` metrics (record count,
+//! column sizes, value/null/NaN counts, lower/upper bounds) read from the footer by
+//! iceberg's rules; two paths given the same groups produce byte-identical files.
 
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use iceberg::io::FileIO;
 use iceberg::spec::DataFileBuilder;
 use iceberg::table::Table;
-use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use rayon::prelude::*;
@@ -194,43 +192,15 @@ fn encode_one(
     group: Vec<RecordBatch>,
 ) -> Result<Option<EncodedFile>, WriteError> {
     let rows: usize = group.iter().map(RecordBatch::num_rows).sum();
-    if rows == 0 {
-        return Ok(None);
-    }
-    let wrap = |source: iceberg::Error| WriteError::Encode {
-        table: table.identifier().to_string(),
-        source: Box::new(source),
-    };
-    futures::executor::block_on(async {
-        let memory = FileIO::new_with_memory();
-        let path = "memory:///encode.parquet";
-        let output = memory.new_output(path).map_err(wrap)?;
-        let mut writer = ParquetWriterBuilder::new(props.clone(), schema.clone())
-            .build(output)
-            .await
-            .map_err(wrap)?;
-        for batch in &group {
-            if batch.num_rows() > 0 {
-                writer.write(batch).await.map_err(wrap)?;
-            }
+    let encoded = super::parallel::encode_file(schema, props, &group).map_err(|source| {
+        WriteError::Encode {
+            table: table.identifier().to_string(),
+            source: Box::new(source),
         }
-        let mut builders = writer.close().await.map_err(wrap)?;
-        let data_file = builders.pop().ok_or_else(|| {
-            wrap(iceberg::Error::new(
-                iceberg::ErrorKind::Unexpected,
-                "parquet writer produced no data file",
-            ))
-        })?;
-        let bytes = memory
-            .new_input(path)
-            .map_err(wrap)?
-            .read()
-            .await
-            .map_err(wrap)?;
-        Ok(Some(EncodedFile {
-            bytes,
-            data_file,
-            rows: rows as u64,
-        }))
-    })
+    })?;
+    Ok(encoded.map(|(bytes, data_file)| EncodedFile {
+        bytes,
+        data_file,
+        rows: rows as u64,
+    }))
 }

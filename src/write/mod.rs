@@ -9,8 +9,10 @@
 
 pub mod budget;
 pub mod encode;
+pub mod file_stats;
 pub mod ingest;
 pub mod multi;
+pub mod parallel;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
