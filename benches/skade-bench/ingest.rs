@@ -1,98 +1,7 @@
 //! `ingest`: end-to-end Flight DoPut vs the in-process encode ceiling.
 
 use crate::common::*;
-
-/// TPC-H `lineitem` at scale factor `sf`, generated in-process by `tpchgen`, as Arrow
-/// batches of `rows` rows (decimals as decimal(15,2), dates as date32).
-fn lineitem(sf: f64, rows: usize) -> Vec<RecordBatch> {
-    use arrow_array::builder::{
-        Date32Builder, Decimal128Builder, Int32Builder, Int64Builder, StringBuilder,
-    };
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("l_orderkey", DataType::Int64, false),
-        Field::new("l_partkey", DataType::Int64, false),
-        Field::new("l_suppkey", DataType::Int64, false),
-        Field::new("l_linenumber", DataType::Int32, false),
-        Field::new("l_quantity", DataType::Int64, false),
-        Field::new("l_extendedprice", DataType::Decimal128(15, 2), false),
-        Field::new("l_discount", DataType::Decimal128(15, 2), false),
-        Field::new("l_tax", DataType::Decimal128(15, 2), false),
-        Field::new("l_returnflag", DataType::Utf8, false),
-        Field::new("l_linestatus", DataType::Utf8, false),
-        Field::new("l_shipdate", DataType::Date32, false),
-        Field::new("l_commitdate", DataType::Date32, false),
-        Field::new("l_receiptdate", DataType::Date32, false),
-        Field::new("l_shipinstruct", DataType::Utf8, false),
-        Field::new("l_shipmode", DataType::Utf8, false),
-        Field::new("l_comment", DataType::Utf8, false),
-    ]));
-    let generator = tpchgen::generators::LineItemGenerator::new(sf, 1, 1);
-    let mut out = Vec::new();
-    let mut iter = generator.iter().peekable();
-    while iter.peek().is_some() {
-        let (mut ok, mut pk, mut sk) = (
-            Int64Builder::new(),
-            Int64Builder::new(),
-            Int64Builder::new(),
-        );
-        let (mut ln, mut qty) = (Int32Builder::new(), Int64Builder::new());
-        let dec = || {
-            Decimal128Builder::new()
-                .with_precision_and_scale(15, 2)
-                .expect("decimal")
-        };
-        let (mut price, mut disc, mut tax) = (dec(), dec(), dec());
-        let (mut rf, mut ls) = (StringBuilder::new(), StringBuilder::new());
-        let (mut sd, mut cd, mut rd) = (
-            Date32Builder::new(),
-            Date32Builder::new(),
-            Date32Builder::new(),
-        );
-        let (mut si, mut sm, mut cm) = (
-            StringBuilder::new(),
-            StringBuilder::new(),
-            StringBuilder::new(),
-        );
-        for l in iter.by_ref().take(rows) {
-            ok.append_value(l.l_orderkey);
-            pk.append_value(l.l_partkey);
-            sk.append_value(l.l_suppkey);
-            ln.append_value(l.l_linenumber);
-            qty.append_value(l.l_quantity);
-            price.append_value(l.l_extendedprice.into_inner() as i128);
-            disc.append_value(l.l_discount.into_inner() as i128);
-            tax.append_value(l.l_tax.into_inner() as i128);
-            rf.append_value(l.l_returnflag);
-            ls.append_value(l.l_linestatus);
-            sd.append_value(l.l_shipdate.to_unix_epoch());
-            cd.append_value(l.l_commitdate.to_unix_epoch());
-            rd.append_value(l.l_receiptdate.to_unix_epoch());
-            si.append_value(l.l_shipinstruct);
-            sm.append_value(l.l_shipmode);
-            cm.append_value(l.l_comment);
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(ok.finish()),
-            Arc::new(pk.finish()),
-            Arc::new(sk.finish()),
-            Arc::new(ln.finish()),
-            Arc::new(qty.finish()),
-            Arc::new(price.finish()),
-            Arc::new(disc.finish()),
-            Arc::new(tax.finish()),
-            Arc::new(rf.finish()),
-            Arc::new(ls.finish()),
-            Arc::new(sd.finish()),
-            Arc::new(cd.finish()),
-            Arc::new(rd.finish()),
-            Arc::new(si.finish()),
-            Arc::new(sm.finish()),
-            Arc::new(cm.finish()),
-        ];
-        out.push(RecordBatch::try_new(schema.clone(), columns).expect("lineitem batch"));
-    }
-    out
-}
+use crate::tpch;
 
 fn arrow_bytes(batches: &[RecordBatch]) -> usize {
     batches
@@ -257,8 +166,13 @@ pub(crate) async fn ingest(runs: usize) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
-    let lineitem = tokio::task::spawn_blocking(move || lineitem(sf, 65_536))
+    let lineitem = tokio::task::spawn_blocking(move || tpch::lineitem(sf, tpch::BATCH_ROWS))
         .await
         .expect("lineitem");
-    ingest_workload(&format!("lineitem_sf{sf}").replace('.', "_"), lineitem, runs).await;
+    ingest_workload(
+        &format!("lineitem_sf{sf}").replace('.', "_"),
+        lineitem,
+        runs,
+    )
+    .await;
 }

@@ -14,9 +14,11 @@
 //!   stream and for 16 streams into 16 tables, beside the raw redb `Durability::Immediate`
 //!   write-transaction rate (the fsync floor); commit latency at table age 10 vs
 //!   `SKADE_COMMIT_AGE` (2000) snapshots. `SKADE_COMMIT_PUTS` (200) puts per run.
-//! - `multi`: 8 tables as one `ingest_multi` (one redb transaction) vs 8
-//!   `ingest_parallel` calls: catalog commits (fsyncs) and wall time. In-process library
-//!   lanes on synthetic tables (`SKADE_MULTI_ROWS`, 100 000 rows in all).
+//! - `multi`: TPC-H's 8 tables (`tpchgen`, `SKADE_MULTI_SF`, 0.1) into a real server as
+//!   ONE Flight SQL transaction (BeginTransaction, 8 `CommandStatementIngest`,
+//!   EndTransaction COMMIT) vs 8 autocommit ingests: catalog commits (fsyncs, 1 vs 8),
+//!   wall time, and commit latency from the server's `/metrics` (the 8-table commit vs
+//!   one single-table commit) and the EndTransaction call.
 //! - `committer_overlap`: `ingest_pipelined` (serial committer) vs
 //!   `ingest_pipelined_overlap` on a commit-bound shape (many small files, small
 //!   files-per-commit). Sizes: `SKADE_OVL_FILES` (200), `SKADE_OVL_ROWS` (2000),
@@ -37,6 +39,7 @@ mod memory;
 mod multi;
 mod overlap;
 mod peers;
+mod tpch;
 
 use common::env_usize;
 
