@@ -1,11 +1,12 @@
 //! Lane 1, streaming put: a `DoPut` stream on a `PATH` descriptor appended to one table.
 //!
-//! The handler reads batches, conforms them to the table's schema, and gathers them into
-//! groups of about `target-file-size` Arrow bytes. Each full group goes to the overlapped
-//! pipeline (`write::run_overlapped`), which encodes and writes it while the stream is
-//! still arriving; its committer, beside the writer, commits every `files-per-commit`
-//! files. When rows have waited `commit-interval` the open group is cut and a commit is
-//! forced, so a slow stream becomes visible within the interval.
+//! The handler reads batches, conforms them to the table's schema, and fills data files
+//! of about `target-file-size` Arrow bytes. A file's row groups start encoding on all
+//! cores as soon as each is full ([`FileEncoder`]), while the stream is still arriving;
+//! each full file goes to the overlapped pipeline (`write::run_overlapped`), which
+//! finishes and writes it; its committer, beside the writer, commits every
+//! `files-per-commit` files. When rows have waited `commit-interval` the open file is cut
+//! and a commit is forced, so a slow stream becomes visible within the interval.
 //!
 //! Memory: each accepted batch holds a reservation on the server-wide
 //! [`MemoryBudget`](crate::write::MemoryBudget) until its data file is written; when the
@@ -15,6 +16,8 @@
 //! `skade.v1.CommitAck`; the stream ends with a final one. A failure ends the stream with
 //! a status; commits already acked stay, and nothing of the rest becomes visible.
 
+use std::sync::Arc;
+
 use arrow_array::RecordBatch;
 use arrow_flight::PutResult;
 use arrow_flight::decode::FlightRecordBatchStream;
@@ -22,6 +25,7 @@ use arrow_flight::error::FlightError;
 use arrow_schema::SchemaRef;
 use futures::StreamExt;
 use iceberg::TableIdent;
+use parquet::file::properties::WriterProperties;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::{Instant as Deadline, sleep_until};
@@ -33,6 +37,7 @@ use super::Service;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
+use crate::write::parallel::FileEncoder;
 use crate::write::{self, CommitReport, IngestStats, Reservation, Segment, WriteError, WriteProps};
 
 /// Sends acks back to the client. Unbounded: a client that reads acks only after it has
@@ -71,6 +76,7 @@ pub(crate) async fn run(
     };
     let table = write::ensure_table(svc.catalog.as_ref(), &ident, &schema).await?;
     let arrow = write::table_arrow_schema(&table)?;
+    let file_props = write::encode::writer_properties(&table)?;
 
     let depth = svc.config.channel_depth.get();
     let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
@@ -78,7 +84,9 @@ pub(crate) async fn run(
         svc,
         table_name: ident.to_string(),
         arrow,
-        group: Vec::new(),
+        iceberg_schema: table.metadata().current_schema().clone(),
+        file_props,
+        file: None,
         group_bytes: 0,
         reservation: Reservation::empty(),
         deadline: None,
@@ -164,7 +172,10 @@ struct Reader<'a> {
     svc: &'a Service,
     table_name: String,
     arrow: SchemaRef,
-    group: Vec<RecordBatch>,
+    iceberg_schema: Arc<iceberg::spec::Schema>,
+    file_props: WriterProperties,
+    /// The data file being filled; its full row groups are already encoding.
+    file: Option<FileEncoder>,
     group_bytes: u64,
     reservation: Reservation,
     /// When the oldest row not yet sent for commit must be committed.
@@ -191,7 +202,18 @@ impl Reader<'_> {
         };
         self.reservation.merge(reservation);
         self.group_bytes += bytes;
-        self.group.push(batch);
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => self.file.insert(
+                FileEncoder::new(self.iceberg_schema.clone(), self.file_props.clone()).map_err(
+                    |source| WriteError::Encode {
+                        table: self.table_name.clone(),
+                        source: Box::new(source),
+                    },
+                )?,
+            ),
+        };
+        file.push(&batch);
         if self.deadline.is_none() {
             self.deadline = Some(Deadline::now() + self.svc.config.commit_interval);
         }
@@ -203,13 +225,12 @@ impl Reader<'_> {
 
     /// Sends the open group (if any) to be encoded and written as one data file.
     async fn send_group(&mut self) -> Result<(), Error> {
-        if self.group.is_empty() {
+        let Some(file) = self.file.take() else {
             return Ok(());
-        }
-        let group = std::mem::take(&mut self.group);
+        };
         let reservation = std::mem::replace(&mut self.reservation, Reservation::empty());
         self.group_bytes = 0;
-        self.send(Segment::Group(group, reservation)).await
+        self.send(Segment::File(Box::new(file), reservation)).await
     }
 
     /// Sends the open group and, when `commit` is set, a commit marker.

@@ -18,107 +18,292 @@ use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type};
 use arrow_array::{Array, ArrayRef};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, SchemaRef as ArrowSchemaRef};
 use bytes::Bytes;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFileBuilder, NestedField, Schema, Type};
 use parquet::arrow::ArrowWriter;
-use parquet::arrow::arrow_writer::{ArrowColumnChunk, ArrowColumnWriter, compute_leaves};
+use parquet::arrow::arrow_writer::{
+    ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves,
+};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
-use rayon::prelude::*;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError, sync_channel};
 
 use super::file_stats::data_file_from_footer;
 
 /// Encodes `batches` (conformed to `schema`'s Arrow form, see
 /// [`super::conform_batch`]) as one Parquet file with `props`, using every core. Blocking
-/// (CPU only): call it on rayon's pool or from `spawn_blocking`.
+/// (CPU only); safe on rayon's pool (it runs queued work while it waits) and from
+/// `spawn_blocking`.
 ///
 /// Returns the file's bytes and its `DataFile` builder (metrics as iceberg computes them;
 /// no path yet), or `None` when the batches hold no rows.
 ///
 /// # Errors
-/// An iceberg error wrapping the Parquet error (e.g. a batch column whose type does not
-/// match the schema), or one from reading the footer's statistics.
+/// As [`FileEncoder::finish`].
 pub fn encode_file(
     schema: &Arc<Schema>,
     props: &WriterProperties,
     batches: &[RecordBatch],
 ) -> iceberg::Result<Option<(Bytes, DataFileBuilder)>> {
-    if batches.iter().all(|b| b.num_rows() == 0) {
-        return Ok(None);
+    let mut encoder = FileEncoder::new(schema.clone(), props.clone())?;
+    for batch in batches {
+        encoder.push(batch);
     }
-    let arrow = Arc::new(schema_to_arrow_schema(schema)?);
-    let mut buffer = Vec::new();
-    let writer = ArrowWriter::try_new(&mut buffer, arrow.clone(), Some(props.clone()))
-        .map_err(parquet_error)?;
-    if props.max_row_group_bytes().is_some() {
-        // Row groups cut by estimated bytes depend on the encoder's running state: keep
-        // ArrowWriter's own sequential cut. skade's writer properties never set this.
-        let metadata = sequential(writer, batches)?;
-        let nans = nan_value_counts(schema, batches);
-        let bytes = Bytes::from(buffer);
-        let builder = data_file_from_footer(schema, &metadata, bytes.len() as u64, nans)?;
-        return Ok(Some((bytes, builder)));
-    }
-    let (mut file, factory) = writer.into_serialized_writer().map_err(parquet_error)?;
-    let row_groups = plan_row_groups(batches, props.max_row_group_row_count());
-    let leaves: Vec<usize> = file
-        .schema_descr()
-        .root_schema()
-        .get_fields()
-        .iter()
-        .map(|f| leaf_count(f))
-        .collect();
+    encoder.finish()
+}
 
-    // One task per (row group, top-level column), in file order.
-    type Task = (usize, usize, Vec<ArrowColumnWriter>);
-    let mut tasks: Vec<Task> = Vec::with_capacity(row_groups.len() * leaves.len());
-    for rg in 0..row_groups.len() {
-        let mut writers = factory
-            .create_column_writers(rg)
-            .map_err(parquet_error)?
-            .into_iter();
-        for (column, &n) in leaves.iter().enumerate() {
-            tasks.push((rg, column, writers.by_ref().take(n).collect()));
+/// One data file being encoded while its rows arrive.
+///
+/// [`push`](Self::push) gathers rows into row groups of `max_row_group_row_count` rows
+/// (cut exactly as `ArrowWriter::write` cuts them); each full row group is handed to
+/// rayon at once, one task per top-level column plus one counting NaNs, so encoding
+/// overlaps the arrival of the next rows. [`finish`](Self::finish) encodes the last,
+/// partial row group the same way, waits, and assembles the file in schema order.
+pub struct FileEncoder {
+    schema: Arc<Schema>,
+    props: WriterProperties,
+    arrow: ArrowSchemaRef,
+    factory: ArrowRowGroupWriterFactory,
+    /// Parquet leaf columns per top-level field.
+    leaves: Vec<usize>,
+    /// Rows per row group (≥ 1).
+    max_rows: usize,
+    /// Row groups cut by estimated bytes (`max_row_group_bytes`) depend on the encoder's
+    /// running state: such files keep `ArrowWriter`'s own sequential cut at `finish`.
+    /// skade's writer properties never set it.
+    sequential: bool,
+    /// Rows of the row group still filling.
+    open: Vec<RecordBatch>,
+    open_rows: usize,
+    /// Every batch pushed, for the sequential path only.
+    all: Vec<RecordBatch>,
+    rows: u64,
+    row_groups: Vec<RowGroupTasks>,
+    /// Whether the schema has float or double fields (whose NaNs Iceberg counts).
+    has_floats: bool,
+    /// NaN counts of each pushed batch, counted as iceberg's writer counts them: per
+    /// batch as written, before any row-group slicing.
+    nans: Vec<Receiver<HashMap<i32, u64>>>,
+}
+
+/// The in-flight encode of one row group: each column's chunks.
+struct RowGroupTasks {
+    columns: Vec<Receiver<Result<Vec<ArrowColumnChunk>, ParquetError>>>,
+}
+
+impl std::fmt::Debug for FileEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileEncoder")
+            .field("rows", &self.rows)
+            .field("row_groups_started", &self.row_groups.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileEncoder {
+    /// An empty file for `schema` (Iceberg field ids on every column) written with
+    /// `props`.
+    ///
+    /// # Errors
+    /// An iceberg error when the schema has no Arrow/Parquet form.
+    pub fn new(schema: Arc<Schema>, props: WriterProperties) -> iceberg::Result<Self> {
+        let arrow = Arc::new(schema_to_arrow_schema(&schema)?);
+        // A throwaway writer gives the Parquet schema and the column-writer factory; the
+        // file itself is assembled at `finish` (chunks do not depend on the writer).
+        let writer = ArrowWriter::try_new(std::io::sink(), arrow.clone(), Some(props.clone()))
+            .map_err(parquet_error)?;
+        let (file, factory) = writer.into_serialized_writer().map_err(parquet_error)?;
+        let leaves = file
+            .schema_descr()
+            .root_schema()
+            .get_fields()
+            .iter()
+            .map(|f| leaf_count(f))
+            .collect();
+        let has_floats = schema_to_arrow_schema(&schema)?
+            .flattened_fields()
+            .iter()
+            .any(|f| matches!(f.data_type(), DataType::Float32 | DataType::Float64));
+        Ok(Self {
+            max_rows: props.max_row_group_row_count().unwrap_or(usize::MAX).max(1),
+            sequential: props.max_row_group_bytes().is_some(),
+            schema,
+            props,
+            arrow,
+            factory,
+            leaves,
+            open: Vec::new(),
+            open_rows: 0,
+            all: Vec::new(),
+            rows: 0,
+            row_groups: Vec::new(),
+            has_floats,
+            nans: Vec::new(),
+        })
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Adds `batch` (conformed to the schema) to the file; starts encoding every row
+    /// group it completes. Does not block.
+    pub fn push(&mut self, batch: &RecordBatch) {
+        if batch.num_rows() == 0 {
+            return;
+        }
+        self.rows += batch.num_rows() as u64;
+        if self.has_floats {
+            let (tx, rx) = sync_channel(1);
+            let (schema, batch) = (self.schema.clone(), batch.clone());
+            rayon::spawn(move || {
+                let _ = tx.send(nan_value_counts(&schema, std::slice::from_ref(&batch)));
+            });
+            self.nans.push(rx);
+        }
+        if self.sequential {
+            self.all.push(batch.clone());
+            return;
+        }
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let take = (batch.num_rows() - offset).min(self.max_rows - self.open_rows);
+            self.open.push(batch.slice(offset, take));
+            offset += take;
+            self.open_rows += take;
+            if self.open_rows == self.max_rows {
+                self.start_row_group();
+            }
         }
     }
-    let fields = arrow.fields();
-    let (chunks, nans) = rayon::join(
-        || {
-            tasks
-                .into_par_iter()
-                .map(|(rg, column, mut writers)| {
-                    for batch in &row_groups[rg] {
-                        let leaves = compute_leaves(&fields[column], batch.column(column))?;
-                        for (writer, leaf) in writers.iter_mut().zip(&leaves) {
-                            writer.write(leaf)?;
+
+    /// Hands the open row group to rayon.
+    fn start_row_group(&mut self) {
+        let batches: Arc<[RecordBatch]> = std::mem::take(&mut self.open).into();
+        self.open_rows = 0;
+        let index = self.row_groups.len();
+        let mut writers = match self.factory.create_column_writers(index) {
+            Ok(writers) => writers.into_iter(),
+            Err(e) => {
+                // Reported at `finish`, in this row group's place.
+                let (tx, rx) = sync_channel(1);
+                let _ = tx.send(Err(e));
+                self.row_groups.push(RowGroupTasks { columns: vec![rx] });
+                return;
+            }
+        };
+        let mut columns = Vec::with_capacity(self.leaves.len());
+        for (column, &n) in self.leaves.iter().enumerate() {
+            let mut writers: Vec<ArrowColumnWriter> = writers.by_ref().take(n).collect();
+            let field = self.arrow.field(column).clone();
+            let batches = batches.clone();
+            let (tx, rx) = sync_channel(1);
+            rayon::spawn(move || {
+                let encode = || {
+                    for batch in batches.iter() {
+                        for (writer, leaf) in writers
+                            .iter_mut()
+                            .zip(compute_leaves(&field, batch.column(column))?)
+                        {
+                            writer.write(&leaf)?;
                         }
                     }
-                    writers
-                        .into_iter()
-                        .map(ArrowColumnWriter::close)
-                        .collect::<Result<Vec<ArrowColumnChunk>, ParquetError>>()
-                })
-                .collect::<Result<Vec<Vec<ArrowColumnChunk>>, ParquetError>>()
-        },
-        || nan_value_counts(schema, batches),
-    );
-    let mut chunks = chunks.map_err(parquet_error)?.into_iter();
-    for _ in 0..row_groups.len() {
-        let mut row_group = file.next_row_group().map_err(parquet_error)?;
-        for chunk in chunks.by_ref().take(leaves.len()).flatten() {
-            chunk
-                .append_to_row_group(&mut row_group)
-                .map_err(parquet_error)?;
+                    writers.into_iter().map(ArrowColumnWriter::close).collect()
+                };
+                let _ = tx.send(encode());
+            });
+            columns.push(rx);
         }
-        row_group.close().map_err(parquet_error)?;
+        self.row_groups.push(RowGroupTasks { columns });
     }
-    let metadata = file.close().map_err(parquet_error)?;
-    let bytes = Bytes::from(buffer);
-    let builder = data_file_from_footer(schema, &metadata, bytes.len() as u64, nans)?;
-    Ok(Some((bytes, builder)))
+
+    /// Encodes what is left, waits for every row group, and returns the file's bytes and
+    /// `DataFile` builder (no path yet), or `None` if no rows were pushed. Blocking.
+    ///
+    /// # Errors
+    /// An iceberg error wrapping the Parquet error (e.g. a batch column whose type does
+    /// not match the schema), or one from reading the footer's statistics.
+    pub fn finish(mut self) -> iceberg::Result<Option<(Bytes, DataFileBuilder)>> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        let mut buffer = Vec::new();
+        let writer =
+            ArrowWriter::try_new(&mut buffer, self.arrow.clone(), Some(self.props.clone()))
+                .map_err(parquet_error)?;
+        if self.sequential {
+            let metadata = sequential(writer, &self.all)?;
+            let nans = self.nan_counts()?;
+            let bytes = Bytes::from(buffer);
+            let builder = data_file_from_footer(&self.schema, &metadata, bytes.len() as u64, nans)?;
+            return Ok(Some((bytes, builder)));
+        }
+        if self.open_rows > 0 {
+            self.start_row_group();
+        }
+        let (mut file, _) = writer.into_serialized_writer().map_err(parquet_error)?;
+        let nans = self.nan_counts()?;
+        for row_group in self.row_groups {
+            let mut out = file.next_row_group().map_err(parquet_error)?;
+            for column in row_group.columns {
+                for chunk in wait(column)?.map_err(parquet_error)? {
+                    chunk.append_to_row_group(&mut out).map_err(parquet_error)?;
+                }
+            }
+            out.close().map_err(parquet_error)?;
+        }
+        let metadata = file.close().map_err(parquet_error)?;
+        let bytes = Bytes::from(buffer);
+        let builder = data_file_from_footer(&self.schema, &metadata, bytes.len() as u64, nans)?;
+        Ok(Some((bytes, builder)))
+    }
+}
+
+impl FileEncoder {
+    /// The NaN counts of every pushed batch, summed per field id. Blocking.
+    fn nan_counts(&mut self) -> iceberg::Result<HashMap<i32, u64>> {
+        let mut total: HashMap<i32, u64> = HashMap::new();
+        for rx in std::mem::take(&mut self.nans) {
+            for (id, n) in wait(rx)? {
+                *total.entry(id).or_default() += n;
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// Receives a rayon task's result. On a rayon worker it runs other queued rayon work
+/// while it waits (blocking there could starve the pool of the very task awaited);
+/// elsewhere it blocks.
+fn wait<T>(rx: Receiver<T>) -> iceberg::Result<T> {
+    let lost = || {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            "a Parquet encode task ended without a result (it panicked)",
+        )
+    };
+    if rayon::current_thread_index().is_none() {
+        return rx.recv().map_err(|_| lost());
+    }
+    loop {
+        match rx.try_recv() {
+            Ok(value) => return Ok(value),
+            Err(TryRecvError::Disconnected) => return Err(lost()),
+            Err(TryRecvError::Empty) => {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    match rx.recv_timeout(std::time::Duration::from_micros(200)) {
+                        Ok(value) => return Ok(value),
+                        Err(RecvTimeoutError::Disconnected) => return Err(lost()),
+                        Err(RecvTimeoutError::Timeout) => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The one-core path: `ArrowWriter::write` batch by batch; returns the footer.
@@ -130,31 +315,6 @@ fn sequential(
         writer.write(batch).map_err(parquet_error)?;
     }
     writer.close().map_err(parquet_error)
-}
-
-/// The batches of each row group, cut as `ArrowWriter::write` cuts them: a row group
-/// closes when it reaches `max_rows` rows, and a batch that would overflow it is sliced.
-fn plan_row_groups(batches: &[RecordBatch], max_rows: Option<usize>) -> Vec<Vec<RecordBatch>> {
-    let max_rows = max_rows.unwrap_or(usize::MAX).max(1);
-    let mut groups: Vec<Vec<RecordBatch>> = vec![Vec::new()];
-    let mut rows_in_group = 0;
-    for batch in batches {
-        let mut offset = 0;
-        while offset < batch.num_rows() {
-            let take = (batch.num_rows() - offset).min(max_rows - rows_in_group);
-            if let Some(group) = groups.last_mut() {
-                group.push(batch.slice(offset, take));
-            }
-            offset += take;
-            rows_in_group += take;
-            if rows_in_group == max_rows {
-                groups.push(Vec::new());
-                rows_in_group = 0;
-            }
-        }
-    }
-    groups.retain(|g| !g.is_empty());
-    groups
 }
 
 /// Parquet leaf columns under one schema node.

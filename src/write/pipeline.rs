@@ -26,13 +26,15 @@ use super::WriteError;
 use super::budget::Reservation;
 use super::encode::{EncodedFile, WriteProps};
 use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
+use super::parallel::FileEncoder;
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
 pub enum Segment {
-    /// Batches that become one data file (conformed to the table's schema). The
-    /// reservation is released once the file is written.
-    Group(Vec<RecordBatch>, Reservation),
+    /// One data file, its row groups already encoding on rayon as its rows arrived
+    /// ([`FileEncoder`]). The reservation (its rows' bytes) is released once the file is
+    /// written.
+    File(Box<FileEncoder>, Reservation),
     /// Commit every file written so far, even if fewer than `files_per_commit`
     /// (`--commit-interval` elapsed).
     Commit,
@@ -130,15 +132,15 @@ pub async fn run_overlapped(
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let prepared = segments.map_ok(|segment| match segment {
-        Segment::Group(batches, reservation) => Prepared::Group(batches, reservation),
+        Segment::File(encoder, reservation) => Prepared::File(encoder, reservation),
         Segment::Commit => Prepared::Commit,
     });
     overlap(catalog, table, prepared, files_per_commit, props, on_commit).await
 }
 
-/// An input of the writer: a group still to encode, an encoded file, or a commit marker.
+/// An input of the writer: a file still encoding, an encoded file, or a commit marker.
 enum Prepared {
-    Group(Vec<RecordBatch>, Reservation),
+    File(Box<FileEncoder>, Reservation),
     Encoded(Box<EncodedFile>),
     Commit,
 }
@@ -168,7 +170,7 @@ async fn overlap(
         let written = input
             .map_ok(|item| {
                 let path = match &item {
-                    Prepared::Group(..) | Prepared::Encoded(_) => Some(names.next_path(table)),
+                    Prepared::File(..) | Prepared::Encoded(_) => Some(names.next_path(table)),
                     Prepared::Commit => None,
                 };
                 prepare(table, item, path)
@@ -226,7 +228,28 @@ async fn overlap(
     Ok(result)
 }
 
-/// Encodes (if needed) and writes one item; `None` for a group without rows.
+/// Waits for `encoder`'s row groups (on the blocking pool) and assembles its file.
+async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFile>, WriteError> {
+    let rows = encoder.rows();
+    let name = table.identifier().to_string();
+    let finished = tokio::task::spawn_blocking(move || encoder.finish())
+        .await
+        .map_err(|e| WriteError::Task {
+            table: name.clone(),
+            reason: e.to_string(),
+        })?
+        .map_err(|source| WriteError::Encode {
+            table: name,
+            source: Box::new(source),
+        })?;
+    Ok(finished.map(|(bytes, data_file)| EncodedFile {
+        bytes,
+        data_file,
+        rows,
+    }))
+}
+
+/// Finishes encoding (if needed) and writes one item; `None` for a file without rows.
 async fn prepare(
     table: &Table,
     item: Prepared,
@@ -235,9 +258,7 @@ async fn prepare(
     let (encoded, _reservation) = match item {
         Prepared::Commit => return Ok(Some(Written::Commit)),
         Prepared::Encoded(file) => (Some(*file), None),
-        Prepared::Group(batches, reservation) => {
-            (encode(table, vec![batches]).await?.pop(), Some(reservation))
-        }
+        Prepared::File(encoder, reservation) => (finish(table, *encoder).await?, Some(reservation)),
     };
     match (encoded, path) {
         (Some(file), Some(path)) => Ok(Some(Written::File(Box::new(
