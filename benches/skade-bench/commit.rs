@@ -1,4 +1,6 @@
-//! `commit`: tiny commits vs the redb fsync floor, and commit latency vs table age.
+//! `commit`: tiny commits vs the redb fsync floor, how many redb transactions (fsyncs)
+//! 16 concurrent streams' commits took (group commit), an 8-table release's latency vs a
+//! single-table commit's, and commit latency vs table age.
 
 use crate::common::*;
 
@@ -22,6 +24,9 @@ pub(crate) async fn commit(runs: usize) {
     let mut single = Vec::new();
     let mut multi = Vec::new();
     let mut latencies = Vec::new();
+    // Per 16-stream run: (commits, redb transactions) — the server runs in-process, so
+    // the process-global transaction count is the server's.
+    let mut shared = Vec::new();
     for _ in 0..runs {
         let server_dir = tempfile::tempdir().expect("temp dir");
         let running = skade::start(skade::Config::for_tests(server_dir.path()))
@@ -66,6 +71,7 @@ pub(crate) async fn commit(runs: usize) {
         latencies.extend(lat);
 
         let started = Instant::now();
+        let transactions = skade::redb_commit_count();
         let mut tasks = Vec::new();
         for t in 0..16 {
             let client = connect().await;
@@ -75,6 +81,7 @@ pub(crate) async fn commit(runs: usize) {
             task.await.expect("stream");
         }
         multi.push((puts / 16 * 16) as f64 / started.elapsed().as_secs_f64());
+        shared.push((puts / 16 * 16, skade::redb_commit_count() - transactions));
         running.shutdown_and_wait().await.expect("shutdown");
     }
     let (s, s_min, s_max) = summary(&single);
@@ -94,6 +101,18 @@ pub(crate) async fn commit(runs: usize) {
         "commit: skade/fsync_floor = {:.2} (skade {s:.0} commits/s, redb floor {floor:.0} commits/s); 16 streams = {m:.0} commits/s",
         s / floor
     );
+    let per_txn: Vec<f64> = shared.iter().map(|&(c, t)| c as f64 / t as f64).collect();
+    let (g, g_min, g_max) = summary(&per_txn);
+    println!(
+        "commit: 16 streams/1 stream = {:.2}; group commit: {g:.1} commits per redb transaction ({g_min:.1}–{g_max:.1}; runs: {})",
+        m / s,
+        shared
+            .iter()
+            .map(|(c, t)| format!("{c} commits in {t} txns"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    release_latency().await;
 
     // Commit latency as a table ages: library commits of 10 rows.
     let age = env_usize("SKADE_COMMIT_AGE", 2000);
@@ -129,4 +148,68 @@ pub(crate) async fn commit(runs: usize) {
         old * 1e3,
         old / young
     );
+}
+
+/// Library commit latency of one release of 8 tables (one staged fast append each, one
+/// redb transaction) vs one single-table commit, on young tables (`SKADE_RELEASE_ROUNDS`
+/// rounds, 30): issue 8's "multi-table flush commit latency ≤ 2× one single-table
+/// commit". Both include staging the fast appends (manifest + manifest list) and the
+/// catalog commit; not the data files' encode and write.
+async fn release_latency() {
+    let rounds = env_usize("SKADE_RELEASE_ROUNDS", 30);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let catalog = RedbCatalog::open(&dir.path().join("catalog.redb"), &dir.path().join("wh"))
+        .expect("catalog");
+    let mut tables = Vec::new();
+    for t in 0..8 {
+        tables.push(new_table(&catalog, &format!("release_{t}")).await);
+    }
+    let mut one = new_table(&catalog, "release_one").await;
+    let (mut eight_lat, mut one_lat) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let mut staged = Vec::new();
+        for table in &tables {
+            staged.push(write::StagedTable {
+                table: table.clone(),
+                create: false,
+                data_files: tiny_files(table, round).await,
+            });
+        }
+        let started = Instant::now();
+        let (advanced, _) = write::commit_staged(&catalog, staged, 4)
+            .await
+            .expect("8-table release");
+        eight_lat.push(started.elapsed().as_secs_f64());
+        tables = advanced;
+
+        let files = tiny_files(&one, round).await;
+        let started = Instant::now();
+        one = write::commit_files(&catalog, &one, files)
+            .await
+            .expect("commit");
+        one_lat.push(started.elapsed().as_secs_f64());
+    }
+    let (eight, one) = (percentile(&eight_lat, 0.5), percentile(&one_lat, 0.5));
+    println!(
+        "commit: 8-table release/1-table commit latency = {:.2} (p50 {:.1} ms vs {:.1} ms, {rounds} rounds)",
+        eight / one,
+        eight * 1e3,
+        one * 1e3
+    );
+}
+
+/// One written (uncommitted) data file of 10 rows for `table`.
+async fn tiny_files(table: &Table, round: usize) -> Vec<iceberg::spec::DataFile> {
+    let arrow = write::table_arrow_schema(table).expect("schema");
+    let b =
+        write::conform_batch("bench", &batch((round * 10) as i64, 10), &arrow).expect("conform");
+    let encoded = write::encode(table, vec![vec![b]]).await.expect("encode");
+    write::write_files(
+        table,
+        encoded,
+        &mut write::FileNames::new(),
+        &WriteProps::default(),
+    )
+    .await
+    .expect("write")
 }

@@ -345,10 +345,9 @@ impl RedbCatalog {
             requirement.check(Some(planned.metadata()))?;
         }
         let first_location = planned.metadata_location_result()?.to_string();
-        planned
-            .metadata()
-            .write_to(&self.file_io, &MetadataLocation::from_str(&first_location)?)
-            .await?;
+        let (file_io, first) = (self.file_io.clone(), planned.metadata_ref());
+        let at = MetadataLocation::from_str(&first_location)?;
+        run_blocking_io(async move { first.write_to(&file_io, &at).await }).await?;
         let (new_location, metadata) = if updates.is_empty() {
             (first_location, planned.metadata_ref())
         } else {
@@ -388,8 +387,11 @@ impl RedbCatalog {
         let location = MetadataLocation::from_str(base_location)?
             .with_next_version()
             .with_new_metadata(&metadata);
-        metadata.write_to(&self.file_io, &location).await?;
-        Ok((location.to_string(), Arc::new(metadata)))
+        let metadata = Arc::new(metadata);
+        let (file_io, written) = (self.file_io.clone(), metadata.clone());
+        let at = location.clone();
+        run_blocking_io(async move { written.write_to(&file_io, &at).await }).await?;
+        Ok((location.to_string(), metadata))
     }
 
     /// Builds and writes the new metadata for one table; does not move its pointer.
@@ -826,6 +828,33 @@ impl RedbCatalog {
         })
         .await
     }
+}
+
+/// Runs `io` — a future over iceberg's local `FileIO` — on the blocking pool, and waits
+/// for it.
+///
+/// iceberg 0.10.1's local storage makes blocking `std::fs` calls inside its async
+/// functions, and its manifest and manifest-list writers `fsync` each file on close.
+/// Awaited on a runtime worker, such a future blocks that worker (2 on the development
+/// machine) for the whole write; several of them joined on one task run one after the
+/// other. On the blocking pool they overlap — the N tables of one release write their
+/// files at once — and the workers stay free for the streams.
+///
+/// # Errors
+/// `io`'s error, or `Unexpected` when the task panicked.
+///
+/// # Cancel safety
+/// Dropping the future does not stop `io`; it runs to its end and its result is
+/// dropped (files it wrote are orphans, never referenced).
+pub async fn run_blocking_io<T, F>(io: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T>> + Send + 'static,
+{
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(io))
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unexpected, "file task failed").with_source(e))?
 }
 
 /// Runs blocking redb work off the async runtime.

@@ -20,7 +20,7 @@ use super::encode::WriteProps;
 use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
 use super::schema::{conform_batch, table_arrow_schema};
 use super::stage::stage_fast_append;
-use crate::catalog::{RedbCatalog, Release};
+use crate::catalog::{RedbCatalog, Release, run_blocking_io};
 
 /// Times a multi-table commit is re-staged on the tables' new state after a conflicting
 /// concurrent commit, before it fails with the conflict — the same count as iceberg's
@@ -156,13 +156,15 @@ pub async fn commit_staged(
     .await?;
     let mut attempt = 0;
     let released = loop {
-        // Each table's manifest and manifest list are written at once.
+        // Each table's manifest and manifest list are written at once, each on the
+        // blocking pool (iceberg's local storage blocks and fsyncs inside its futures).
         let batch = try_join_all(bases.iter().zip(&live).map(|(base, &i)| async move {
             let part = &staged[i];
             let (requirements, updates) = if part.data_files.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
-                stage_fast_append(base, part.data_files.clone())
+                let (table, files) = (base.clone(), part.data_files.clone());
+                run_blocking_io(async move { stage_fast_append(&table, files).await })
                     .await
                     .map_err(|e| WriteError::catalog(base.identifier(), e))?
             };
