@@ -20,6 +20,7 @@ pub mod durable;
 pub mod gc;
 mod group_commit;
 mod metadata_cache;
+pub mod storage;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -148,7 +149,7 @@ impl RedbCatalog {
             committer: Arc::new(Committer::new(db.clone(), warehouse.clone())),
             db,
             warehouse,
-            file_io: FileIO::new_with_fs(),
+            file_io: storage::file_io(),
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
         })
