@@ -1,7 +1,8 @@
-//! `ingest`: end-to-end Flight DoPut vs the in-process encode ceiling.
+//! `ingest`: end-to-end Flight DoPut vs the in-process encode ceiling and the Flight
+//! loopback transfer alone.
 
 use crate::common::*;
-use crate::tpch;
+use crate::{sink, tpch};
 
 fn arrow_bytes(batches: &[RecordBatch]) -> usize {
     batches
@@ -75,6 +76,9 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
     let raw_groups = cut(&batches, target);
 
     let (mut defaults, mut ceiling, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    let mut transfer = Vec::new();
+    // CPU seconds per row of the encode (a) and of the transfer (c).
+    let (mut encode_cpu, mut transfer_cpu) = (Vec::new(), Vec::new());
     let (mut default_size, mut skade_size) = (0, 0);
     for run in 0..runs {
         let g = raw_groups.clone();
@@ -84,10 +88,41 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
             .expect("encode");
         defaults.push(rows as f64 / started.elapsed().as_secs_f64());
 
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), cpu_seconds());
         let encoded = write::encode(&table, groups.clone()).await.expect("encode");
         ceiling.push(rows as f64 / started.elapsed().as_secs_f64());
+        encode_cpu.push((cpu_seconds() - cpu) / rows as f64);
         skade_size = encoded.iter().map(|f| f.bytes.len()).sum();
+
+        // (c) the transfer alone: the same put into a server that only decodes.
+        let sink = sink::start().await;
+        let mut client = FlightClient::new(
+            tonic::transport::Channel::from_shared(format!("http://{}", sink.addr))
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect"),
+        );
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(batches[0].schema())
+            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec!["sink".into()])))
+            .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
+        let (started, cpu) = (Instant::now(), cpu_seconds());
+        let acks: Vec<_> = client
+            .do_put(data)
+            .await
+            .expect("sink put")
+            .try_collect()
+            .await
+            .expect("sink ack");
+        transfer.push(rows as f64 / started.elapsed().as_secs_f64());
+        transfer_cpu.push((cpu_seconds() - cpu) / rows as f64);
+        assert_eq!(
+            acks.first().map(|a| a.app_metadata.to_vec()),
+            Some((rows as u64).to_le_bytes().to_vec()),
+            "the sink received every row"
+        );
+        drop(sink);
 
         let server_dir = tempfile::tempdir().expect("temp dir");
         let running = skade::start(skade::Config::for_tests(server_dir.path()))
@@ -122,6 +157,12 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
     let (d, d_min, d_max) = summary(&defaults);
     let (c, c_min, c_max) = summary(&ceiling);
     let (e, e_min, e_max) = summary(&e2e);
+    let (t, t_min, t_max) = summary(&transfer);
+    // Encode and transfer each need CPU; with every core busy the best a put can do is to
+    // spend exactly both: cores / (CPU s per row of (a) + CPU s per row of (c)) rows/s.
+    let (ea, _, _) = summary(&encode_cpu);
+    let (tc, _, _) = summary(&transfer_cpu);
+    let bound = (cores() / (ea + tc)).min(c).min(t);
     let mb = |r: f64| r * bytes / rows as f64 / 1e6;
     println!(
         "ingest {name}: {rows} rows, {:.0} MB of Arrow, {runs} runs, medians (min–max)",
@@ -142,10 +183,31 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
         mb(e)
     );
     println!(
+        "| (c) Flight loopback transfer only (server decodes and drops) | {t:.0} | {:.0} | {t_min:.0}–{t_max:.0} | |",
+        mb(t)
+    );
+    println!(
+        "| (d) CPU bound of (a) and (c) together on {:.0} cores | {bound:.0} | {:.0} | | |",
+        cores(),
+        mb(bound)
+    );
+    println!(
+        "ingest {name}: CPU per million rows: encode {:.2} s, transfer {:.2} s",
+        ea * 1e6,
+        tc * 1e6
+    );
+    println!(
         "ingest {name}: skade/encode_ceiling = {:.2} (skade {:.2} M rows/s, ceiling {:.2} M rows/s)",
         e / c,
         e / 1e6,
         c / 1e6
+    );
+    println!(
+        "ingest {name}: skade/combined_bound = {:.2} (skade {:.2} M rows/s, bound {:.2} M rows/s; transfer alone {:.2} M rows/s)",
+        e / bound,
+        e / 1e6,
+        bound / 1e6,
+        t / 1e6
     );
     println!(
         "ingest {name}: skade_writer/parquet_defaults = {:.2} (skade encode {:.2} M rows/s, defaults {:.2} M rows/s; files {:.2}x the size)",

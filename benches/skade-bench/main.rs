@@ -39,6 +39,7 @@ mod memory;
 mod multi;
 mod overlap;
 mod peers;
+mod sink;
 mod tpch;
 
 use common::env_usize;
