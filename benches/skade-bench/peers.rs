@@ -516,9 +516,10 @@ pub(crate) async fn peers(runs: usize) {
         ))
     );
     println!(
-        "peers: all write zstd(1) Parquet to local disk; skade acks after fsync (data, metadata, \
-         redb), iceberg-rust's local FileIO and MemoryCatalog sync nothing, pyiceberg syncs only \
-         its sqlite row"
+        "peers: all write zstd(1) Parquet to local disk; skade acks after one syncfs (data, \
+         manifests, metadata) and the redb fsync; iceberg-rust's local FileIO fsyncs each data \
+         file, manifest and manifest list on close but not the metadata JSON, and its \
+         MemoryCatalog keeps the pointer in memory only; pyiceberg syncs only its sqlite row"
     );
     println!(
         "peers: skade/pyiceberg rows/s = {}",
