@@ -412,6 +412,14 @@ async fn skade_run(batches: &[RecordBatch], n: usize) -> (f64, Tiny) {
     (rows_per_s, tiny)
 }
 
+/// Writes back every dirty page of every filesystem (`sync(2)`), off the runtime.
+async fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    tokio::task::spawn_blocking(|| unsafe { libc::sync() })
+        .await
+        .expect("sync task");
+}
+
 /// `a/b = r (a …, b …)` for a headline line, or why there is no ratio.
 fn ratio(
     a: Option<f64>,
@@ -465,10 +473,15 @@ pub(crate) async fn peers(runs: usize) {
     let (mut skade, mut rust, mut py) = (Lane::default(), Lane::default(), Lane::default());
     let (mut rust_files, mut py_files) = (0, 0);
     for run in 0..runs {
+        // Each lane starts with no dirty pages left by the one before (the IPC file, the
+        // peers' unsynced files): skade's `syncfs` would otherwise write them back on its
+        // first commit and be charged for them.
+        settle().await;
         let (r, t) = skade_run(&batches, tiny).await;
         skade.rows_per_s.push(r);
         skade.tiny.push(t);
 
+        settle().await;
         let run_dir = tempfile::tempdir_in(dir.path()).expect("run dir");
         let (r, files) = iceberg_rust_bulk(&run_dir.path().join("bulk"), &batches).await;
         rust.rows_per_s.push(r);
@@ -478,6 +491,7 @@ pub(crate) async fn peers(runs: usize) {
         drop(run_dir);
 
         if let Ok(python) = &python {
+            settle().await;
             let (python, ipc, base) = (python.clone(), ipc.clone(), dir.path().to_path_buf());
             match tokio::task::spawn_blocking(move || pyiceberg_run(&python, &ipc, &base, tiny))
                 .await
