@@ -6,6 +6,7 @@ use crate::common::*;
 
 pub(crate) async fn commit(runs: usize) {
     let puts = env_usize("SKADE_COMMIT_PUTS", 200);
+    settle().await;
     // The fsync floor: raw redb Durability::Immediate write transactions, same disk.
     let dir = tempfile::tempdir().expect("temp dir");
     let db = redb::Database::create(dir.path().join("floor.redb")).expect("redb");

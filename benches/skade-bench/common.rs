@@ -169,3 +169,13 @@ pub(crate) fn cpu_seconds() -> f64 {
 pub(crate) fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
 }
+
+/// Writes back every dirty page of every filesystem (`sync(2)`), off the runtime. Arms
+/// call it before a measured lane so skade's `syncfs` is not charged for pages another
+/// lane or arm left dirty.
+pub(crate) async fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    tokio::task::spawn_blocking(|| unsafe { libc::sync() })
+        .await
+        .expect("sync task");
+}

@@ -46,11 +46,11 @@ use common::env_usize;
 
 /// Every arm, in the order `all` (or no argument) runs them.
 const ARMS: &[&str] = &[
+    "memory",
     "ingest",
     "multi",
     "committer_overlap",
     "commit",
-    "memory",
     "peers",
 ];
 

@@ -412,14 +412,6 @@ async fn skade_run(batches: &[RecordBatch], n: usize) -> (f64, Tiny) {
     (rows_per_s, tiny)
 }
 
-/// Writes back every dirty page of every filesystem (`sync(2)`), off the runtime.
-async fn settle() {
-    // SAFETY: sync(2) takes no arguments and cannot fail.
-    tokio::task::spawn_blocking(|| unsafe { libc::sync() })
-        .await
-        .expect("sync task");
-}
-
 /// `a/b = r (a …, b …)` for a headline line, or why there is no ratio.
 fn ratio(
     a: Option<f64>,
