@@ -158,12 +158,10 @@ impl FileEncoder {
         }
         self.rows += batch.num_rows() as u64;
         if self.has_floats {
-            let (tx, rx) = sync_channel(1);
             let (schema, batch) = (self.schema.clone(), batch.clone());
-            rayon::spawn(move || {
-                let _ = tx.send(nan_value_counts(&schema, std::slice::from_ref(&batch)));
-            });
-            self.nans.push(rx);
+            self.nans.push(spawn_task(move || {
+                nan_value_counts(&schema, std::slice::from_ref(&batch))
+            }));
         }
         if self.sequential {
             self.all.push(batch.clone());
@@ -201,20 +199,16 @@ impl FileEncoder {
             let mut writers: Vec<ArrowColumnWriter> = writers.by_ref().take(n).collect();
             let field = self.arrow.field(column).clone();
             let batches = batches.clone();
-            let (tx, rx) = sync_channel(1);
-            rayon::spawn(move || {
-                let encode = || {
-                    for batch in batches.iter() {
-                        for (writer, leaf) in writers
-                            .iter_mut()
-                            .zip(compute_leaves(&field, batch.column(column))?)
-                        {
-                            writer.write(&leaf)?;
-                        }
+            let rx = spawn_task(move || {
+                for batch in batches.iter() {
+                    for (writer, leaf) in writers
+                        .iter_mut()
+                        .zip(compute_leaves(&field, batch.column(column))?)
+                    {
+                        writer.write(&leaf)?;
                     }
-                    writers.into_iter().map(ArrowColumnWriter::close).collect()
-                };
-                let _ = tx.send(encode());
+                }
+                writers.into_iter().map(ArrowColumnWriter::close).collect()
             });
             columns.push(rx);
         }
@@ -274,6 +268,19 @@ impl FileEncoder {
         }
         Ok(total)
     }
+}
+
+/// Runs `task` on rayon's pool; its result arrives on the returned receiver. A panic in
+/// the task is caught (rayon would abort the process) and shows as a closed channel,
+/// which [`wait`] reports as an error: one bad file fails its put, not the server.
+fn spawn_task<T: Send + 'static>(task: impl FnOnce() -> T + Send + 'static) -> Receiver<T> {
+    let (tx, rx) = sync_channel(1);
+    rayon::spawn(move || {
+        if let Ok(value) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)) {
+            let _ = tx.send(value);
+        }
+    });
+    rx
 }
 
 /// Receives a rayon task's result. On a rayon worker it runs other queued rayon work
@@ -380,4 +387,17 @@ fn count_nans(field: &NestedField, array: &ArrayRef, counts: &mut HashMap<i32, u
 
 fn parquet_error(e: ParquetError) -> iceberg::Error {
     iceberg::Error::new(iceberg::ErrorKind::Unexpected, "Parquet encode failed").with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_task_is_an_error_not_an_abort() {
+        // RED once: with a bare `rayon::spawn`, this test aborted the test process.
+        let rx = spawn_task(|| -> u32 { panic!("encoder bug") });
+        assert!(wait(rx).is_err());
+        assert_eq!(wait(spawn_task(|| 7)).ok(), Some(7));
+    }
 }
