@@ -111,8 +111,8 @@ pub async fn ingest_pipelined_overlap(
 }
 
 /// The overlapped lane over a stream of [`Segment`]s, as the streaming put uses it: each
-/// group is encoded (one file, on the blocking pool, ≤ `props.channel_depth` groups at
-/// once) and written as it arrives; the committer commits every `files_per_commit` files
+/// file, whose row groups have been encoding since they filled, is finished (≤
+/// `props.channel_depth` files at once) and written as it arrives; the committer commits every `files_per_commit` files
 /// and at each [`Segment::Commit`], calling `on_commit` after each commit, and commits
 /// the rest when the stream ends.
 ///
