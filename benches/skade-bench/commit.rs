@@ -33,41 +33,19 @@ pub(crate) async fn commit(runs: usize) {
         let running = skade::start(skade::Config::for_tests(server_dir.path()))
             .await
             .expect("server");
-        let uri = format!("http://{}", running.flight_addr);
-        let connect = || async {
-            FlightClient::new(
-                tonic::transport::Channel::from_shared(uri.clone())
-                    .expect("uri")
-                    .connect()
-                    .await
-                    .expect("connect"),
-            )
-        };
         let tiny = |client: FlightClient, table: String, n: usize| async move {
             let mut client = client;
             let mut lat = Vec::with_capacity(n);
             for i in 0..n {
-                let data = FlightDataEncoderBuilder::new()
-                    .with_schema(schema())
-                    .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-                        "bench".into(),
-                        table.clone(),
-                    ])))
-                    .build(futures::stream::iter([Ok(batch((i * 10) as i64, 10))]));
+                let tiny_batch = vec![batch((i * 10) as i64, 10)];
                 let started = Instant::now();
-                let _: Vec<_> = client
-                    .do_put(data)
-                    .await
-                    .expect("put")
-                    .try_collect()
-                    .await
-                    .expect("acks");
+                put(&mut client, &table, schema(), tiny_batch).await;
                 lat.push(started.elapsed().as_secs_f64());
             }
             lat
         };
         let started = Instant::now();
-        let lat = tiny(connect().await, "one".into(), puts).await;
+        let lat = tiny(connect(running.flight_addr).await, "one".into(), puts).await;
         single.push(puts as f64 / started.elapsed().as_secs_f64());
         latencies.extend(lat);
 
@@ -75,7 +53,7 @@ pub(crate) async fn commit(runs: usize) {
         let transactions = skade::redb_commit_count();
         let mut tasks = Vec::new();
         for t in 0..16 {
-            let client = connect().await;
+            let client = connect(running.flight_addr).await;
             tasks.push(tokio::spawn(tiny(client, format!("many_{t}"), puts / 16)));
         }
         for task in tasks {

@@ -111,15 +111,10 @@ impl Server {
         let running = skade::start(skade::Config::for_tests(dir.path()))
             .await
             .expect("server");
-        let channel =
-            tonic::transport::Channel::from_shared(format!("http://{}", running.flight_addr))
-                .expect("uri")
-                .connect()
-                .await
-                .expect("connect");
+        let client = connect(running.flight_addr).await;
         Server {
             running,
-            client: FlightClient::new(channel),
+            client,
             dir,
         }
     }
@@ -129,6 +124,17 @@ impl Server {
         self.running.shutdown_and_wait().await.expect("shutdown");
         drop(self.dir);
     }
+}
+
+/// A Flight client on one new loopback connection to `addr`.
+pub(crate) async fn connect(addr: std::net::SocketAddr) -> FlightClient {
+    FlightClient::new(
+        tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect"),
+    )
 }
 
 /// Puts `batches` (all of `schema`) to table `bench.<table>` in one DoPut and returns the

@@ -96,25 +96,9 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
 
         // (c) the transfer alone: the same put into a server that only decodes.
         let sink = sink::start().await;
-        let mut client = FlightClient::new(
-            tonic::transport::Channel::from_shared(format!("http://{}", sink.addr))
-                .expect("uri")
-                .connect()
-                .await
-                .expect("connect"),
-        );
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(batches[0].schema())
-            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec!["sink".into()])))
-            .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
+        let mut client = connect(sink.addr).await;
         let (started, cpu) = (Instant::now(), cpu_seconds());
-        let acks: Vec<_> = client
-            .do_put(data)
-            .await
-            .expect("sink put")
-            .try_collect()
-            .await
-            .expect("sink ack");
+        let acks = put(&mut client, "sink", batches[0].schema(), batches.clone()).await;
         transfer.push(rows as f64 / started.elapsed().as_secs_f64());
         transfer_cpu.push((cpu_seconds() - cpu) / rows as f64);
         assert_eq!(
@@ -124,35 +108,18 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
         );
         drop(sink);
 
-        let server_dir = tempfile::tempdir().expect("temp dir");
-        let running = skade::start(skade::Config::for_tests(server_dir.path()))
-            .await
-            .expect("server");
-        let channel =
-            tonic::transport::Channel::from_shared(format!("http://{}", running.flight_addr))
-                .expect("uri")
-                .connect()
-                .await
-                .expect("connect");
-        let mut client = FlightClient::new(channel);
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(batches[0].schema())
-            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-                "bench".into(),
-                format!("{name}_{run}"),
-            ])))
-            .build(futures::stream::iter(batches.clone().into_iter().map(Ok)));
+        let mut server = Server::start().await;
         let started = Instant::now();
-        let acks: Vec<_> = client
-            .do_put(data)
-            .await
-            .expect("put")
-            .try_collect()
-            .await
-            .expect("acks");
+        let acks = put(
+            &mut server.client,
+            &format!("{name}_{run}"),
+            batches[0].schema(),
+            batches.clone(),
+        )
+        .await;
         e2e.push(rows as f64 / started.elapsed().as_secs_f64());
         assert!(!acks.is_empty());
-        running.shutdown_and_wait().await.expect("shutdown");
+        server.stop().await;
     }
     let (d, d_min, d_max) = summary(&defaults);
     let (c, c_min, c_max) = summary(&ceiling);

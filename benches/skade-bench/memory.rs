@@ -24,12 +24,7 @@ pub(crate) async fn memory() {
     config.ingest.memory_budget = (budget_mib as u64) << 20;
     config.ingest.target_file_size = 64 << 20;
     let running = skade::start(config).await.expect("server");
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", running.flight_addr))
-        .expect("uri")
-        .connect()
-        .await
-        .expect("connect");
-    let mut client = FlightClient::new(channel);
+    let mut client = connect(running.flight_addr).await;
     let rows_per_batch = 65_536;
     let batch_bytes: usize = batch(0, rows_per_batch)
         .columns()
