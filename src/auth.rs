@@ -56,6 +56,8 @@ pub enum TokenFileError {
 pub struct Tokens {
     path: PathBuf,
     set: RwLock<Arc<HashSet<String>>>,
+    /// `skade_auth_failures_total`, once the server's metrics exist.
+    refusals: std::sync::OnceLock<prometheus::IntCounterVec>,
 }
 
 impl Tokens {
@@ -75,6 +77,7 @@ impl Tokens {
         Ok(Self {
             path: path.to_path_buf(),
             set: RwLock::new(Arc::new(set)),
+            refusals: std::sync::OnceLock::new(),
         })
     }
 
@@ -101,6 +104,19 @@ impl Tokens {
         set.iter().fold(false, |found, t| {
             found | constant_time_eq(t.as_bytes(), token.as_bytes())
         })
+    }
+
+    /// Counts every refusal on `counter` (label `surface`, see
+    /// [`crate::metrics::AUTH_FAILURES_TOTAL`]). Only the first counter given is used.
+    pub fn count_refusals(&self, counter: prometheus::IntCounterVec) {
+        let _ = self.refusals.set(counter);
+    }
+
+    /// Records one refused call on `surface` (`flight` or `rest`).
+    pub fn refused(&self, surface: &str) {
+        if let Some(counter) = self.refusals.get() {
+            counter.with_label_values(&[surface]).inc();
+        }
     }
 
     /// Whether `value`, an `authorization` header, is `Bearer <token>` with a valid token.
@@ -181,6 +197,11 @@ pub fn handshake_token(
         .ok_or_else(unauthenticated)
 }
 
+/// The `surface` label of refusals on the Flight service.
+pub const SURFACE_FLIGHT: &str = "flight";
+/// The `surface` label of refusals on the REST catalog.
+pub const SURFACE_REST: &str = "rest";
+
 /// The one status every refused call gets.
 pub fn unauthenticated() -> Status {
     Error::Unauthenticated.into_status()
@@ -238,6 +259,7 @@ where
                 .get(AUTHORIZATION)
                 .and_then(|v| v.to_str().ok());
             if !tokens.allows_header(header) {
+                tokens.refused(SURFACE_FLIGHT);
                 span.in_scope(|| {
                     info!(
                         peer = %peer_of(&request).map(|a| a.to_string()).unwrap_or_default(),

@@ -161,6 +161,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     };
     let catalog_path = config.data_dir.join("catalog.redb");
     let metrics = Metrics::new();
+    if let Some(tokens) = &tokens {
+        tokens.count_refusals(metrics.auth_failures.clone());
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Catalog {
         path: catalog_path.clone(),
         source: Box::new(iceberg::Error::new(

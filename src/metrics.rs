@@ -27,6 +27,11 @@ pub const TRANSACTIONS_ACTIVE: &str = "skade_transactions_active";
 /// Failed puts/commits, label `code` (gRPC code name).
 pub const INGEST_ERRORS_TOTAL: &str = "skade_ingest_errors_total";
 
+/// Calls refused for a missing or invalid bearer token, label `surface` = `flight`
+/// (every Flight and Flight SQL RPC, `Handshake` included) | `rest` (the `/v1` REST
+/// catalog routes).
+pub const AUTH_FAILURES_TOTAL: &str = "skade_auth_failures_total";
+
 /// The `lane` label of a commit on the streaming put.
 pub const LANE_STREAM: &str = "stream";
 /// The `lane` label of a multi-table commit.
@@ -54,6 +59,8 @@ pub struct Metrics {
     pub transactions_active: IntGauge,
     /// See [`INGEST_ERRORS_TOTAL`].
     pub ingest_errors: IntCounterVec,
+    /// See [`AUTH_FAILURES_TOTAL`].
+    pub auth_failures: IntCounterVec,
 }
 
 impl Metrics {
@@ -83,6 +90,11 @@ impl Metrics {
             "table",
         );
         let ingest_errors = counter_vec(INGEST_ERRORS_TOTAL, "Failed puts and commits.", "code");
+        let auth_failures = counter_vec(
+            AUTH_FAILURES_TOTAL,
+            "Calls refused for a missing or invalid bearer token.",
+            "surface",
+        );
         let catalog_commits = IntCounter::new(
             CATALOG_COMMITS_TOTAL,
             "Durable redb write transactions on the data paths (commit fsyncs).",
@@ -131,6 +143,7 @@ impl Metrics {
             put_streams_active,
             transactions_active,
             ingest_errors,
+            auth_failures,
         }
     }
 

@@ -103,6 +103,14 @@ async fn rpcs_without_a_valid_token_are_unauthenticated_and_write_nothing() {
         }
         assert!(parquet_files(&server.warehouse()).is_empty());
         assert_eq!(server.running.service.transactions.open_count(), 0);
+        // Operators see the refusals: 3 clients x 4 refused calls each.
+        // RED once: before `skade_auth_failures_total` existed this read 0.
+        let (_, body) = server.http_get("/metrics").await;
+        assert_eq!(
+            common::metric(&body, r#"skade_auth_failures_total{surface="flight"}"#),
+            12.0,
+            "{body}"
+        );
 
         // Either configured token works.
         for token in [GOOD, OTHER] {
@@ -265,6 +273,12 @@ async fn the_rest_catalog_takes_the_same_bearer_tokens() {
         common::http_request_with(addr, "GET", "/v1/config", &[("authorization", &wrong)]).await;
     assert_eq!(status, 401);
     assert!(!body.contains(GOOD), "the token must not be echoed: {body}");
+    let (_, metrics) = server.http_get("/metrics").await;
+    assert_eq!(
+        common::metric(&metrics, r#"skade_auth_failures_total{surface="rest"}"#),
+        2.0,
+        "both refused REST calls are counted: {metrics}"
+    );
     let right = format!("Bearer {GOOD}");
     let (status, body) =
         common::http_request_with(addr, "GET", "/v1/namespaces", &[("authorization", &right)])

@@ -178,7 +178,10 @@ impl FlightService for SkadeFlight {
                     .flatten();
                 let payload = first.as_ref().map(|r| r.payload.as_ref());
                 auth::handshake_token(tokens, &tonic::metadata::MetadataMap::new(), payload)
-                    .map_err(|_| reject(Error::Unauthenticated))?
+                    .map_err(|_| {
+                        tokens.refused(auth::SURFACE_FLIGHT);
+                        reject(Error::Unauthenticated)
+                    })?
             }
         };
         let bearer = format!("Bearer {token}")

@@ -190,6 +190,7 @@ async fn require_bearer(
     if tokens.allows_header(header) {
         next.run(request).await
     } else {
+        tokens.refused(crate::auth::SURFACE_REST);
         RestError::NotAuthorized.into_response()
     }
 }
