@@ -1,7 +1,8 @@
 //! Lane 2 over the wire: the Flight SQL subset through arrow-flight's own
 //! `FlightSqlServiceClient` against a real server on 127.0.0.1:0 — transactions by id and
 //! by session, commit as ONE catalog commit, rollback, idle timeout, failed ingests,
-//! table definition options, concurrent transactions on one table, and `GetSqlInfo`.
+//! table definition options, concurrent transactions on one table, `GetSqlInfo`, and the
+//! `--max-streams` slot an abandoned ingest keeps until it ends.
 
 mod common;
 
@@ -16,7 +17,7 @@ use arrow_flight::sql::{
 };
 use bytes::Bytes;
 use common::{TestServer, metric, synthetic_batch, within};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -623,5 +624,93 @@ async fn sql_info_advertises_ingest_and_transactions() {
             (11, "bool true".to_string()),
         ]
     );
+    server.stop().await;
+}
+
+/// Polls `cond` every 10 ms until it holds (the enclosing `within` bounds the wait).
+async fn until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A Flight SQL ingest keeps its `--max-streams` slot until the server has finished it,
+/// even after its client went away: the limit counts the ingests the server still runs.
+/// Ingest A holds the transaction open; ingest B of the same transaction waits for A, and
+/// B's client gives up; while B's ingest still waits, a third put is over the limit.
+/// RED once: with the handler (not the ingest task) holding the permit, B's slot came
+/// back when its client left, and the third put was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_ingest_keeps_its_stream_slot_until_it_ends() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.max_streams = 2.try_into().expect("non-zero");
+    })
+    .await;
+    let streams = server.running.service.streams.clone();
+    within(60, async {
+        let mut client = sql_client(&server).await;
+        let txn = client.begin_transaction().await.unwrap();
+
+        // A: its stream stays open, so its ingest holds the transaction.
+        let (a_batches, a_rx) = tokio::sync::mpsc::channel(4);
+        let (mut a_client, a_cmd) = (client.clone(), ingest_cmd("slot", "a", Some(&txn)));
+        let a = tokio::spawn(async move {
+            a_client
+                .execute_ingest(
+                    a_cmd,
+                    tokio_stream::wrappers::ReceiverStream::new(a_rx).map(Ok),
+                )
+                .await
+        });
+        a_batches.send(synthetic_batch(0, 10)).await.unwrap();
+        until(|| streams.available_permits() == 1).await;
+        // Let A's task take the transaction before B asks for it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        // B: same transaction, so its ingest waits for A; its client then goes away.
+        let (b_batches, b_rx) = tokio::sync::mpsc::channel(4);
+        let (mut b_client, b_cmd) = (client.clone(), ingest_cmd("slot", "b", Some(&txn)));
+        let b = tokio::spawn(async move {
+            b_client
+                .execute_ingest(
+                    b_cmd,
+                    tokio_stream::wrappers::ReceiverStream::new(b_rx).map(Ok),
+                )
+                .await
+        });
+        b_batches.send(synthetic_batch(0, 10)).await.unwrap();
+        until(|| streams.available_permits() == 0).await;
+        b.abort();
+        let _ = b.await;
+        drop(b_batches);
+        // Give the server time to notice B's reset (the handler is dropped at once).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        // B's ingest still waits for A: its slot is still taken.
+        let mut third = sql_client(&server).await;
+        let (code, message) = status_of(
+            ingest(
+                &mut third,
+                ingest_cmd("slot", "c", None),
+                vec![synthetic_batch(0, 10)],
+            )
+            .await
+            .expect_err("a third stream over --max-streams 2"),
+        );
+        assert_eq!(code, Code::ResourceExhausted, "{message}");
+
+        // A ends; B's ingest then sees its client gone and ends too: both slots return.
+        drop(a_batches);
+        let _ = a.await;
+        until(|| streams.available_permits() == 2).await;
+        ingest(
+            &mut third,
+            ingest_cmd("slot", "c", None),
+            vec![synthetic_batch(0, 10)],
+        )
+        .await
+        .expect("a put once the slots are back");
+    })
+    .await;
     server.stop().await;
 }

@@ -301,10 +301,9 @@ impl FlightService for SkadeFlight {
                     ),
                 }));
             };
-            let result = sql::do_put(self.svc.clone(), session, cmd, batches)
+            let result = sql::do_put(self.svc.clone(), session, cmd, batches, permit)
                 .await
                 .map_err(|e| self.fail(e))?;
-            drop(permit);
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
         };
         auth::record("table", &ident);

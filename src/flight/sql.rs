@@ -26,6 +26,7 @@ use arrow_flight::{Result as ActionResult, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use prost::Message;
+use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Status};
 use tracing::{Instrument, Span, debug, info};
 
@@ -353,7 +354,9 @@ fn ingest_target(cmd: &CommandStatementIngest) -> Result<(TableIdent, Definition
 
 /// `DoPut` with `CommandStatementIngest`: runs the ingest to its end (in its own task, so
 /// a client that goes away mid-stream fails the ingest cleanly instead of leaving it half
-/// done) and returns the one `PutResult` carrying `DoPutUpdateResult { record_count }`.
+/// done; the task holds `permit`, the stream's `--max-streams` slot, and graceful
+/// shutdown waits for it) and returns the one `PutResult` carrying
+/// `DoPutUpdateResult { record_count }`.
 ///
 /// # Errors
 /// Bad names or options, transaction errors, a schema mismatch naming the column,
@@ -364,9 +367,17 @@ pub(crate) async fn do_put(
     session: Option<SessionKey>,
     cmd: CommandStatementIngest,
     batches: FlightRecordBatchStream,
+    permit: OwnedSemaphorePermit,
 ) -> Result<PutResult, Error> {
-    let task = tokio::spawn(
-        async move { ingest(&svc, session, cmd, batches).await }.instrument(Span::current()),
+    // The task, not this handler, holds the stream's `--max-streams` permit: a client that
+    // goes away drops the handler at once, but the ingest runs until it notices.
+    let tracker = svc.puts.clone();
+    let task = tracker.spawn(
+        async move {
+            let _permit = permit;
+            ingest(&svc, session, cmd, batches).await
+        }
+        .instrument(Span::current()),
     );
     let rows = task.await.map_err(|e| Error::BadRequest {
         reason: format!("the ingest task failed: {e}"),
