@@ -5,7 +5,8 @@
 use crate::common::*;
 
 pub(crate) async fn commit(runs: usize) {
-    let puts = env_usize("SKADE_COMMIT_PUTS", 200);
+    // At least one put per stream of the 16-stream lane.
+    let puts = env_usize("SKADE_COMMIT_PUTS", 200).max(16);
     settle().await;
     // The fsync floor: raw redb Durability::Immediate write transactions, same disk.
     let dir = tempfile::tempdir().expect("temp dir");
@@ -101,7 +102,8 @@ pub(crate) async fn commit(runs: usize) {
     release_latency().await;
 
     // Commit latency as a table ages: library commits of 10 rows.
-    let age = env_usize("SKADE_COMMIT_AGE", 2000);
+    // Two disjoint windows of 10 commits: the youngest and the oldest.
+    let age = env_usize("SKADE_COMMIT_AGE", 2000).max(20);
     let dir = tempfile::tempdir().expect("temp dir");
     let catalog = RedbCatalog::open(&dir.path().join("catalog.redb"), &dir.path().join("wh"))
         .expect("catalog");

@@ -18,11 +18,18 @@ pub(crate) use iceberg::{NamespaceIdent, TableIdent};
 pub(crate) use skade::catalog::RedbCatalog;
 pub(crate) use skade::write::{self, IngestStats, WriteProps};
 
+/// The whole number in environment variable `name`, or `default` when it is unset.
+///
+/// # Panics
+/// When it is set but not a whole number (`1e6`, `0.5`): a typo must not silently run the
+/// default size.
 pub(crate) fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
 }
 
 pub(crate) fn schema() -> SchemaRef {

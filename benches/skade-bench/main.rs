@@ -1,9 +1,14 @@
 //! skade's benchmark binary: `cargo bench --bench skade-bench -- [all | <arm>...]`
 //! (no arm = all arms).
 //!
-//! Every figure is taken in one run against a baseline measured in the same run; each
-//! arm prints a table of medians over `SKADE_BENCH_RUNS` (default 3) runs with min–max,
-//! then one line per headline figure. Not a test: nothing here asserts a speed.
+//! Every figure is taken in one run against a baseline measured in the same run. Each arm
+//! prints a markdown table — medians over `SKADE_BENCH_RUNS` (default 3) runs with min–max
+//! where the arm repeats (`memory` runs once; `commit`'s redb floor, 8-table release and
+//! table-age figures are measured once per invocation) — then `<arm>: …` lines, one per
+//! headline figure. Not a test: nothing here asserts a speed. Knobs are whole numbers
+//! (a value that does not parse stops the bench); an unknown arm exits with status 2. The
+//! server's own `SKADE_*` settings (e.g. `SKADE_MEMORY_BUDGET`, `SKADE_TARGET_FILE_SIZE`)
+//! also reach every bench server, which starts from `Config::for_tests`: unset them.
 //!
 //! Arms:
 //! - `ingest`: end-to-end Flight DoPut vs the in-process encode ceiling (same writer
@@ -12,8 +17,10 @@
 //!   `tpchgen` (`SKADE_TPCH_SF`, 1).
 //! - `commit`: tiny (10-row) puts, one commit each: commits/s and p50/p99 latency for one
 //!   stream and for 16 streams into 16 tables, beside the raw redb `Durability::Immediate`
-//!   write-transaction rate (the fsync floor); commit latency at table age 10 vs
-//!   `SKADE_COMMIT_AGE` (2000) snapshots. `SKADE_COMMIT_PUTS` (200) puts per run.
+//!   write-transaction rate (the fsync floor); an in-process 8-table release vs one
+//!   single-table commit (`SKADE_RELEASE_ROUNDS`, 30); commit latency at table age 10 vs
+//!   `SKADE_COMMIT_AGE` (2000, at least 20) snapshots. `SKADE_COMMIT_PUTS` (200, at least
+//!   16) puts per run.
 //! - `multi`: TPC-H's 8 tables (`tpchgen`, `SKADE_MULTI_SF`, 0.1) into a real server as
 //!   ONE Flight SQL transaction (BeginTransaction, 8 `CommandStatementIngest`,
 //!   EndTransaction COMMIT) vs 8 autocommit ingests: catalog commits (fsyncs, 1 vs 8),
@@ -60,6 +67,13 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if let Some(unknown) = arms
+        .iter()
+        .find(|a| *a != "all" && !ARMS.contains(&a.as_str()))
+    {
+        eprintln!("unknown arm {unknown:?}; arms: all, {}", ARMS.join(", "));
+        std::process::exit(2);
+    }
     let arms: Vec<String> = if arms.is_empty() || arms.iter().any(|a| a == "all") {
         ARMS.iter().map(|a| a.to_string()).collect()
     } else {
@@ -78,7 +92,7 @@ fn main() {
                 "commit" => commit::commit(runs).await,
                 "multi" => multi::multi(runs).await,
                 "peers" => peers::peers(runs).await,
-                other => eprintln!("unknown arm {other:?}; arms: all, {}", ARMS.join(", ")),
+                other => unreachable!("arm {other:?} was checked above"),
             }
         }
     });
