@@ -192,3 +192,30 @@ pub(crate) async fn settle() {
         .await
         .expect("sync task");
 }
+
+/// Arrow bytes of `batches`: the slices their columns hold (as the streaming put counts
+/// them against `--target-file-size`).
+pub(crate) fn arrow_bytes(batches: &[RecordBatch]) -> usize {
+    batches
+        .iter()
+        .flat_map(|b| b.columns())
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
+        .sum()
+}
+
+/// Cuts batches into groups of about `target` Arrow bytes (the last may be smaller), as
+/// the streaming put cuts data files.
+pub(crate) fn cut(batches: &[RecordBatch], target: usize) -> Vec<Vec<RecordBatch>> {
+    let mut groups = vec![Vec::new()];
+    let mut bytes = 0;
+    for b in batches {
+        groups.last_mut().expect("group").push(b.clone());
+        bytes += arrow_bytes(std::slice::from_ref(b));
+        if bytes >= target {
+            groups.push(Vec::new());
+            bytes = 0;
+        }
+    }
+    groups.retain(|g| !g.is_empty());
+    groups
+}

@@ -4,30 +4,6 @@
 use crate::common::*;
 use crate::{sink, tpch};
 
-fn arrow_bytes(batches: &[RecordBatch]) -> usize {
-    batches
-        .iter()
-        .flat_map(|b| b.columns())
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum()
-}
-
-/// Cuts batches into groups of about `target` Arrow bytes, as the streaming put does.
-fn cut(batches: &[RecordBatch], target: usize) -> Vec<Vec<RecordBatch>> {
-    let mut groups = vec![Vec::new()];
-    let mut bytes = 0;
-    for b in batches {
-        groups.last_mut().expect("group").push(b.clone());
-        bytes += arrow_bytes(std::slice::from_ref(b));
-        if bytes >= target {
-            groups.push(Vec::new());
-            bytes = 0;
-        }
-    }
-    groups.retain(|g| !g.is_empty());
-    groups
-}
-
 /// Encodes `groups` on all cores with parquet-rs's default writer properties and zstd(1):
 /// the "what a user gets by default" baseline. Returns Parquet bytes written.
 fn encode_parquet_defaults(groups: &[Vec<RecordBatch>]) -> usize {

@@ -26,11 +26,7 @@ pub(crate) async fn memory() {
     let running = skade::start(config).await.expect("server");
     let mut client = connect(running.flight_addr).await;
     let rows_per_batch = 65_536;
-    let batch_bytes: usize = batch(0, rows_per_batch)
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum();
+    let batch_bytes = arrow_bytes(&[batch(0, rows_per_batch)]);
     let batches = (gib << 30).div_ceil(batch_bytes);
     // Start the peak over from the current RSS (Linux ≥ 4.0: writing 5 to clear_refs
     // resets VmHWM), so earlier arms' peaks do not count. Memory they freed but the

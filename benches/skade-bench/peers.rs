@@ -321,31 +321,6 @@ async fn iceberg_rust_commit(
     tx.commit(catalog).await.expect("commit")
 }
 
-/// Arrow bytes of `batch`'s columns (the slices it holds, as the `ingest` arm counts).
-fn arrow_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0))
-        .sum()
-}
-
-/// Cuts `batches` into groups of about `target` Arrow bytes (the last may be smaller).
-fn groups(batches: &[RecordBatch], target: usize) -> Vec<Vec<RecordBatch>> {
-    let mut out = vec![Vec::new()];
-    let mut bytes = 0;
-    for b in batches {
-        out.last_mut().expect("group").push(b.clone());
-        bytes += arrow_bytes(b);
-        if bytes >= target {
-            out.push(Vec::new());
-            bytes = 0;
-        }
-    }
-    out.retain(|g| !g.is_empty());
-    out
-}
-
 /// iceberg-rust's writer stack on `batches`: one `DataFileWriter` per ~128 MiB group, the
 /// groups written concurrently as tokio tasks (so encoding uses every runtime worker, one
 /// per core), then one `fast_append`. Returns (rows/s, data files).
@@ -355,7 +330,7 @@ async fn iceberg_rust_bulk(dir: &Path, batches: &[RecordBatch]) -> (f64, usize) 
     let names = DefaultFileNameGenerator::new("bench".into(), None, DataFileFormat::Parquet);
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let started = Instant::now();
-    let tasks: Vec<_> = groups(batches, GROUP_BYTES)
+    let tasks: Vec<_> = cut(batches, GROUP_BYTES)
         .into_iter()
         .map(|group| {
             let (table, names) = (table.clone(), names.clone());
@@ -446,7 +421,7 @@ pub(crate) async fn peers(runs: usize) {
             )
         })
         .collect();
-    let arrow_mb = batches.iter().map(arrow_bytes).sum::<usize>() as f64 / 1e6;
+    let arrow_mb = arrow_bytes(&batches) as f64 / 1e6;
     let dir = tempfile::tempdir().expect("temp dir");
     let ipc = dir.path().join("synthetic.arrow");
     {

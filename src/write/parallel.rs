@@ -123,7 +123,7 @@ impl FileEncoder {
             .iter()
             .map(|f| leaf_count(f))
             .collect();
-        let has_floats = schema_to_arrow_schema(&schema)?
+        let has_floats = arrow
             .flattened_fields()
             .iter()
             .any(|f| matches!(f.data_type(), DataType::Float32 | DataType::Float64));
