@@ -139,8 +139,43 @@ impl Error {
             Error::LimitReached { .. } => Code::ResourceExhausted,
             Error::Transport(status) => return *status.clone(),
         };
-        Status::new(code, self.to_string())
+        Status::new(code, redact(self.to_string()))
     }
+}
+
+/// Absolute server paths that never appear in a status sent to a client; each is
+/// replaced by its label. Filled by [`hide_in_statuses`].
+static HIDDEN_PATHS: std::sync::RwLock<Vec<(String, &'static str)>> =
+    std::sync::RwLock::new(Vec::new());
+
+/// Makes every later status message show `label` (e.g. `<warehouse>`) instead of the
+/// absolute server path `path` and anything below it: clients learn a table's layout,
+/// not where the server keeps its files. Logs keep the full path.
+pub fn hide_in_statuses(path: &std::path::Path, label: &'static str) {
+    let path = path.to_string_lossy().trim_end_matches('/').to_string();
+    if path.is_empty() {
+        return;
+    }
+    let mut hidden = HIDDEN_PATHS
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !hidden.iter().any(|(p, _)| *p == path) {
+        hidden.push((path, label));
+        // Longest first, so a path inside another is replaced by its own label.
+        hidden.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    }
+}
+
+fn redact(mut message: String) -> String {
+    let hidden = HIDDEN_PATHS
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for (path, label) in hidden.iter() {
+        if message.contains(path.as_str()) {
+            message = message.replace(path.as_str(), label);
+        }
+    }
+    message
 }
 
 /// The gRPC code for an iceberg error, by its kind (never by its text).
@@ -161,6 +196,24 @@ fn iceberg_code(e: &iceberg::Error) -> Code {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A storage failure's status names the file below the warehouse, never the
+    /// server's absolute path.
+    #[test]
+    fn statuses_hide_server_paths() {
+        hide_in_statuses(
+            std::path::Path::new("/srv/skade-test-hidden/warehouse"),
+            "<warehouse>",
+        );
+        let e = Error::BadRequest {
+            reason: "cannot write /srv/skade-test-hidden/warehouse/ns/t/data/x.parquet".into(),
+        };
+        let status = e.into_status();
+        assert_eq!(
+            status.message(),
+            "invalid request: cannot write <warehouse>/ns/t/data/x.parquet"
+        );
+    }
 
     /// The error travels inside every `Result` of the put path; keep it small.
     /// RED once: with `Status` and `iceberg::Error` unboxed this measured 136 bytes.

@@ -178,6 +178,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         })?
         .with_commit_counter(metrics.catalog_commits.clone())
         .with_sync_counter(metrics.file_syncs.clone());
+    error::hide_in_statuses(catalog.warehouse(), "<warehouse>");
+    if let Ok(data_dir) = std::path::absolute(&config.data_dir) {
+        error::hide_in_statuses(&data_dir, "<data-dir>");
+    }
     let service = Arc::new(Service {
         catalog: Arc::new(catalog),
         metrics: metrics.clone(),

@@ -379,3 +379,64 @@ async fn message_size_limit_is_enforced_and_named() {
     );
     server.stop().await;
 }
+
+/// A table that opts in with `skade.ingest.truncate-nanoseconds=true` takes nanoseconds
+/// with a sub-microsecond part (rounded down); without it they are refused naming the
+/// row. Catches the property being ignored (or truncation happening silently).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lossy_nanoseconds_land_only_where_the_table_opts_in() {
+    use iceberg::Catalog;
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let exact = one_column(
+        "ts",
+        Arc::new(TimestampNanosecondArray::from(vec![3_000])),
+        true,
+    );
+    put(&mut client, &["ns", "nanos"], vec![exact])
+        .await
+        .unwrap();
+    let lossy = || {
+        one_column(
+            "ts",
+            Arc::new(TimestampNanosecondArray::from(vec![1_000, 1_500, -1])),
+            true,
+        )
+    };
+    let err = status(
+        put(&mut client, &["ns", "nanos"], vec![lossy()])
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("at row 1"), "{err}");
+
+    let catalog = server.running.service.catalog.clone();
+    let ident = iceberg::TableIdent::from_strs(["ns", "nanos"]).unwrap();
+    let table = catalog.load_table(&ident).await.unwrap();
+    let tx = Transaction::new(&table);
+    let tx = tx
+        .update_table_properties()
+        .set(skade::write::TRUNCATE_NANOS.to_string(), "true".to_string())
+        .apply(tx)
+        .unwrap();
+    tx.commit(catalog.as_ref()).await.unwrap();
+
+    put(&mut client, &["ns", "nanos"], vec![lossy()])
+        .await
+        .unwrap();
+    let got = get(&mut client, &["ns", "nanos"]).await;
+    let rows = common::rows_of(&got);
+    assert_eq!(
+        rows,
+        vec![
+            "1970-01-01T00:00:00.000003",
+            "1970-01-01T00:00:00.000001",
+            "1970-01-01T00:00:00.000001",
+            "1969-12-31T23:59:59.999999",
+        ]
+    );
+    server.stop().await;
+}

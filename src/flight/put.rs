@@ -24,7 +24,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_schema::SchemaRef;
 use futures::StreamExt;
-use iceberg::TableIdent;
+use iceberg::{Catalog, TableIdent};
 use parquet::file::properties::WriterProperties;
 use prost::Message;
 use tokio::sync::mpsc;
@@ -38,7 +38,9 @@ use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
 use crate::write::parallel::FileEncoder;
-use crate::write::{self, CommitReport, IngestStats, Reservation, Segment, WriteError, WriteProps};
+use crate::write::{
+    self, CommitReport, ConformOptions, IngestStats, Reservation, Segment, WriteError, WriteProps,
+};
 
 /// Sends acks back to the client. Unbounded: a client that reads acks only after it has
 /// sent everything (as pyarrow's examples do) must never stall the committer; acks are a
@@ -74,7 +76,16 @@ pub(crate) async fn run(
             });
         }
     };
-    let table = write::ensure_table(svc.catalog.as_ref(), &ident, &schema).await?;
+    let table = match svc.catalog.load_table(&ident).await {
+        Ok(table) => table,
+        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
+            // A new table: the whole schema and the first batch are checked before the
+            // namespace or the table exists, so a refused first put leaves nothing.
+            write::check_new_table(&ident.to_string(), &schema, first.as_ref())?;
+            write::ensure_table(svc.catalog.as_ref(), &ident, &schema).await?
+        }
+        Err(e) => return Err(Error::catalog(&ident, e)),
+    };
     let arrow = write::table_arrow_schema(&table)?;
     let file_props = write::encode::writer_properties(&table)?;
 
@@ -84,6 +95,7 @@ pub(crate) async fn run(
         svc,
         table_name: ident.to_string(),
         arrow,
+        conform: ConformOptions::for_table(&table),
         iceberg_schema: table.metadata().current_schema().clone(),
         file_props,
         file: None,
@@ -172,6 +184,7 @@ struct Reader<'a> {
     svc: &'a Service,
     table_name: String,
     arrow: SchemaRef,
+    conform: ConformOptions,
     iceberg_schema: Arc<iceberg::spec::Schema>,
     file_props: WriterProperties,
     /// The data file being filled; its full row groups are already encoding.
@@ -185,7 +198,7 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     async fn push(&mut self, batch: RecordBatch) -> Result<(), Error> {
-        let batch = write::conform_batch(&self.table_name, &batch, &self.arrow)?;
+        let batch = write::conform_batch_with(&self.table_name, &batch, &self.arrow, self.conform)?;
         debug!(table = %self.table_name, rows = batch.num_rows(), "batch");
         if batch.num_rows() == 0 {
             return Ok(());

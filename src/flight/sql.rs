@@ -490,7 +490,8 @@ async fn stream_into(
             txn.touch();
         }
         let staged = staged_mut(state, ident)?;
-        let batch = write::conform_batch(&name, &batch, &staged.arrow)?;
+        let options = write::ConformOptions::for_table(&staged.table);
+        let batch = write::conform_batch_with(&name, &batch, &staged.arrow, options)?;
         debug!(table = %name, rows = batch.num_rows(), "ingest batch");
         if batch.num_rows() == 0 {
             continue;

@@ -1,6 +1,8 @@
 //! The write path: Arrow record batches → Parquet data files → Iceberg snapshots.
 //!
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
+//! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
+//! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
 //! - [`encode`]: all-core Parquet encode of row groups into in-memory files.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
 //! - [`ingest`]: single-commit lanes (`append`, `ingest_parallel`) and file writes.
@@ -8,6 +10,7 @@
 //! - [`budget`]: the shared memory budget for rows in flight.
 
 pub mod budget;
+pub mod conform;
 pub mod encode;
 pub mod file_stats;
 pub mod ingest;
@@ -16,8 +19,10 @@ pub mod parallel;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
+pub mod types;
 
 pub use budget::{MemoryBudget, Reservation};
+pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
@@ -28,7 +33,10 @@ pub use pipeline::{
     CommitReport, Segment, encode_pipelined, ingest_pipelined, ingest_pipelined_overlap,
     run_overlapped,
 };
-pub use schema::{conform_batch, ensure_table, iceberg_schema_for, table_arrow_schema};
+pub use schema::{
+    check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,
+    table_arrow_schema,
+};
 pub use stage::stage_fast_append;
 
 /// What can go wrong on the write path. Each variant names the table it concerns.

@@ -16,9 +16,10 @@ use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind};
 
 use super::WriteError;
+use super::conform::ConformOptions;
 use super::encode::WriteProps;
 use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
-use super::schema::{conform_batch, table_arrow_schema};
+use super::schema::{conform_batch_with, table_arrow_schema};
 use super::stage::stage_fast_append;
 use crate::catalog::{RedbCatalog, Release, run_blocking_io};
 
@@ -50,6 +51,7 @@ pub async fn encode_and_write_files(
     props: &WriteProps,
 ) -> Result<Vec<DataFile>, WriteError> {
     let target = table_arrow_schema(table)?;
+    let options = ConformOptions::for_table(table);
     let name = table.identifier().to_string();
     let conformed = tokio::task::spawn_blocking(move || {
         groups
@@ -57,7 +59,7 @@ pub async fn encode_and_write_files(
             .map(|group| {
                 group
                     .iter()
-                    .map(|batch| conform_batch(&name, batch, &target))
+                    .map(|batch| conform_batch_with(&name, batch, &target, options))
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()
@@ -223,7 +225,7 @@ pub async fn commit_staged(
 /// table with rows gains exactly one snapshot, tables with no rows are skipped, and
 /// `commits` is 1 — or 0, with no redb write at all, when every table is empty.
 ///
-/// Batches are conformed to their table's schema first (see [`conform_batch`]).
+/// Batches are conformed to their table's schema first (see [`super::conform_batch`]).
 ///
 /// # Errors
 /// [`WriteError::RepeatedTable`] when a table appears twice, before any encode; otherwise

@@ -1,170 +1,129 @@
-//! Arrow ↔ Iceberg schema rules for ingest (SERVICE.md, Lane 1).
+//! Arrow ↔ Iceberg schema rules for ingest (docs: README "Arrow types").
 //!
 //! A new table's Iceberg schema comes from the stream's Arrow schema with field ids
-//! assigned from 1 and nullability kept. Arrow types map as iceberg-rust's
-//! `arrow_type_to_type` does (dictionary → its value type; large/view strings and
-//! binaries → string/binary; `uint8`/`uint16` → int, `uint32` → long; `uint64` is
-//! rejected), except that nanosecond timestamps become microsecond ones, since format-v2
-//! tables have no nanosecond type.
+//! assigned from 1 and nullability kept; each Arrow type becomes the Iceberg type
+//! [`super::types`] gives it, and a type Iceberg cannot hold is refused naming its column
+//! path. Before a table is created, the schema is also checked to be writable as Parquet
+//! ([`check_new_table`]), so a refused first put leaves nothing behind.
 //!
-//! Incoming batches are conformed to the table's Arrow schema ([`conform_batch`]):
-//! columns are matched by name, cast to the table's type (a cast that would lose a value
-//! is an error, never a null), and a missing nullable column is written as nulls.
+//! Incoming batches are conformed to the table's Arrow schema ([`conform_batch`],
+//! [`super::conform`]): fields matched by name at every depth, values converted only
+//! when exact, a missing nullable field written as nulls.
 
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, new_null_array};
-use arrow_cast::{CastOptions, cast_with_options};
-use arrow_schema::{DataType, Field, FieldRef, Schema as ArrowSchema, SchemaRef, TimeUnit};
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema as ArrowSchema, SchemaRef};
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::Schema;
 
 use super::WriteError;
+use super::conform::{ConformOptions, conform_columns};
+use super::types::{ColumnError, storage_fields};
 
-/// The Iceberg schema a new table gets for a stream with Arrow schema `arrow`.
+/// The Iceberg schema a new table gets for a stream with Arrow schema `arrow`: every
+/// column's type from [`super::types::storage_type`], field ids from 1, nullability kept.
+/// The schema is also checked to be writable as Parquet.
 ///
 /// # Errors
-/// [`WriteError::Schema`] for duplicate column names; [`WriteError::UnsupportedSchema`]
-/// for Arrow types without an Iceberg equivalent (e.g. `uint64`, unions, intervals).
+/// [`WriteError::Schema`] naming the column path: no columns at all, a duplicate name at
+/// any depth, an Arrow type without an Iceberg equivalent (with what to send instead), or
+/// a column Parquet cannot write.
 pub fn iceberg_schema_for(table: &str, arrow: &ArrowSchema) -> Result<Schema, WriteError> {
-    let mut seen = std::collections::HashSet::new();
-    for field in arrow.fields() {
-        if !seen.insert(field.name()) {
-            return Err(WriteError::Schema {
-                table: table.to_string(),
-                column: field.name().clone(),
-                reason: "duplicate column name".to_string(),
-            });
-        }
+    let column_error = |e: ColumnError| WriteError::Schema {
+        table: table.to_string(),
+        column: e.path,
+        reason: e.reason,
+    };
+    if arrow.fields().is_empty() {
+        return Err(column_error(ColumnError::new(
+            "*",
+            "the stream has no columns, and a table needs at least one: send a schema with \
+             a column",
+        )));
     }
-    let fields: Vec<FieldRef> = arrow.fields().iter().map(normalize_field).collect();
-    let normalized = ArrowSchema::new(fields);
-    arrow_schema_to_schema_auto_assign_ids(&normalized).map_err(|source| {
+    let fields = storage_fields("", arrow.fields()).map_err(column_error)?;
+    let schema =
+        arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields)).map_err(|source| {
+            WriteError::UnsupportedSchema {
+                table: table.to_string(),
+                source: Box::new(source),
+            }
+        })?;
+    let stored = iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|source| {
         WriteError::UnsupportedSchema {
             table: table.to_string(),
             source: Box::new(source),
         }
-    })
+    })?;
+    parquet::arrow::ArrowSchemaConverter::new()
+        .convert(&stored)
+        .map_err(|e| {
+            column_error(ColumnError::new(
+                "*",
+                format!("Parquet cannot write this schema: {e}"),
+            ))
+        })?;
+    Ok(schema)
 }
 
-/// Replaces nanosecond timestamps (at any depth) with microsecond ones.
-fn normalize_field(field: &FieldRef) -> FieldRef {
-    let data_type = normalize_type(field.data_type());
-    Arc::new(Field::clone(field).with_data_type(data_type))
-}
-
-fn normalize_type(data_type: &DataType) -> DataType {
-    match data_type {
-        DataType::Timestamp(TimeUnit::Nanosecond, tz) => {
-            DataType::Timestamp(TimeUnit::Microsecond, tz.clone())
-        }
-        DataType::Dictionary(_, value) => normalize_type(value),
-        DataType::List(f) => DataType::List(normalize_field(f)),
-        DataType::LargeList(f) => DataType::LargeList(normalize_field(f)),
-        DataType::Struct(fields) => DataType::Struct(fields.iter().map(normalize_field).collect()),
-        DataType::Map(f, sorted) => DataType::Map(normalize_field(f), *sorted),
-        other => other.clone(),
+/// Checks, before anything is created, that a stream with schema `arrow` can create a
+/// table and that its first batch `first` (if any) fits it: the whole schema mapping,
+/// the Parquet check, and every value of `first` converted exactly.
+///
+/// # Errors
+/// As [`iceberg_schema_for`] and [`conform_batch`].
+pub fn check_new_table(
+    table: &str,
+    arrow: &ArrowSchema,
+    first: Option<&RecordBatch>,
+) -> Result<(), WriteError> {
+    let schema = iceberg_schema_for(table, arrow)?;
+    if let Some(batch) = first {
+        let target = iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|source| {
+            WriteError::UnsupportedSchema {
+                table: table.to_string(),
+                source: Box::new(source),
+            }
+        })?;
+        conform_batch(table, batch, &Arc::new(target))?;
     }
-}
-
-/// Checks that an incoming column of Arrow type `from` holds the Iceberg type of the
-/// table's column (Arrow type `to`): the same primitive type (so `utf8`/`large_utf8`/
-/// dictionary of strings all fit a string column, any time zone fits a `timestamptz`
-/// column), or a lossless widening Iceberg allows (int → long, float → double). Nested
-/// columns are left to the cast.
-fn same_iceberg_type(from: &DataType, to: &DataType) -> Result<(), String> {
-    use iceberg::arrow::arrow_type_to_type;
-    use iceberg::spec::{PrimitiveType as P, Type};
-    let from = normalize_type(from);
-    if from.is_nested() || to.is_nested() {
-        return Ok(());
-    }
-    let have = arrow_type_to_type(&from).map_err(|e| format!("unsupported type {from}: {e}"))?;
-    let want = arrow_type_to_type(to).map_err(|e| format!("unsupported table type {to}: {e}"))?;
-    let fits = match (&have, &want) {
-        (Type::Primitive(a), Type::Primitive(b)) => {
-            a == b || matches!((a, b), (P::Int, P::Long) | (P::Float, P::Double))
-        }
-        _ => false,
-    };
-    if fits {
-        Ok(())
-    } else {
-        Err(format!(
-            "the table's column is {want}, the batch sends {have} (Arrow {from})"
-        ))
-    }
+    Ok(())
 }
 
 /// Rebuilds `batch` with the table's Arrow schema `target` (which carries the
-/// `PARQUET:field_id` metadata the encoder needs).
+/// `PARQUET:field_id` metadata the encoder needs), with default [`ConformOptions`].
 ///
 /// # Errors
-/// [`WriteError::Schema`] naming the column when: a column of `batch` is not in the table;
-/// a required table column is missing; a column's Iceberg type differs from the table's
-/// (other than int → long, float → double); a value cannot be cast without loss; a
-/// non-nullable column holds nulls; a column name repeats.
+/// As [`conform_batch_with`].
 pub fn conform_batch(
     table: &str,
     batch: &RecordBatch,
     target: &SchemaRef,
 ) -> Result<RecordBatch, WriteError> {
-    let err = |column: &str, reason: String| WriteError::Schema {
+    conform_batch_with(table, batch, target, ConformOptions::default())
+}
+
+/// Rebuilds `batch` with the table's Arrow schema `target`: fields matched by name at
+/// every depth, values converted only when exact (see [`super::conform`]).
+///
+/// # Errors
+/// [`WriteError::Schema`] naming the column path when: a field of `batch` is not in the
+/// table; a required field is missing or null; a field's Iceberg type differs from the
+/// table's (other than Iceberg's widenings int → long, float → double, decimal
+/// precision); a value would change (overflow, a sub-microsecond part, a `date64` that is
+/// not a whole day); a name repeats.
+pub fn conform_batch_with(
+    table: &str,
+    batch: &RecordBatch,
+    target: &SchemaRef,
+    options: ConformOptions,
+) -> Result<RecordBatch, WriteError> {
+    conform_columns(batch, target, options).map_err(|e| WriteError::Schema {
         table: table.to_string(),
-        column: column.to_string(),
-        reason,
-    };
-    let incoming = batch.schema();
-    let mut seen = std::collections::HashSet::new();
-    for field in incoming.fields() {
-        if !seen.insert(field.name()) {
-            return Err(err(field.name(), "duplicate column name".to_string()));
-        }
-        if target.field_with_name(field.name()).is_err() {
-            return Err(err(field.name(), "column is not in the table".to_string()));
-        }
-    }
-    let options = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    let mut columns = Vec::with_capacity(target.fields().len());
-    for field in target.fields() {
-        let column = match incoming.index_of(field.name()) {
-            Ok(i) => {
-                let source = batch.column(i);
-                same_iceberg_type(source.data_type(), field.data_type())
-                    .map_err(|reason| err(field.name(), reason))?;
-                if source.data_type() == field.data_type() {
-                    source.clone()
-                } else {
-                    cast_with_options(source, field.data_type(), &options).map_err(|e| {
-                        err(
-                            field.name(),
-                            format!(
-                                "cannot convert {} to the table's {}: {e}",
-                                source.data_type(),
-                                field.data_type()
-                            ),
-                        )
-                    })?
-                }
-            }
-            Err(_) if field.is_nullable() => new_null_array(field.data_type(), batch.num_rows()),
-            Err(_) => {
-                return Err(err(field.name(), "required column is missing".to_string()));
-            }
-        };
-        if !field.is_nullable() && column.null_count() > 0 {
-            return Err(err(
-                field.name(),
-                format!("{} nulls in a required column", column.null_count()),
-            ));
-        }
-        columns.push(column);
-    }
-    RecordBatch::try_new(target.clone(), columns)
-        .map_err(|e| err("*", format!("batch does not fit the table schema: {e}")))
+        column: e.path,
+        reason: e.reason,
+    })
 }
 
 /// Loads `ident`, creating its namespace (every level) and the table from the stream's
