@@ -1,31 +1,23 @@
 //! Lane 1, streaming put: a `DoPut` stream on a `PATH` descriptor appended to one table.
 //!
-//! The handler reads batches, conforms them to the table's schema, and fills data files
-//! of about `target-file-size` Arrow bytes. A file's row groups start encoding on all
-//! cores as soon as each is full ([`FileEncoder`]), while the stream is still arriving;
-//! each full file goes to the overlapped pipeline (`write::run_overlapped`), which
-//! finishes and writes it; its committer, beside the writer, commits every
-//! `files-per-commit` files. When rows have waited `commit-interval` the open file is cut
-//! and a commit is forced, so a slow stream becomes visible within the interval.
-//!
-//! Memory: each accepted batch holds a reservation on the server-wide
-//! [`MemoryBudget`](crate::write::MemoryBudget) until its data file is written; when the
-//! budget is spent the handler stops reading, and gRPC flow control slows the client.
+//! The handler keeps only the select over shutdown, the next batch and the commit
+//! deadline, and the acks. Batches go to a [`Batcher`], which conforms them, holds their
+//! bytes against the server-wide memory budget (backpressure) and fills data files of
+//! about `--target-file-size`, whose row groups encode on all cores as they fill; each
+//! full file goes to `write::ingest_pipelined_overlap_stream`, which finishes and writes
+//! it while its committer, beside the writer, commits every `--files-per-commit` files.
+//! When rows have waited `--commit-interval` the open file is cut and a commit is forced,
+//! so a slow stream becomes visible within the interval.
 //!
 //! After each commit the client gets a `PutResult` whose `app_metadata` is a
 //! `skade.v1.CommitAck`; the stream ends with a final one. A failure ends the stream with
 //! a status; commits already acked stay, and nothing of the rest becomes visible.
 
-use std::sync::Arc;
-
-use arrow_array::RecordBatch;
 use arrow_flight::PutResult;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
-use arrow_schema::SchemaRef;
 use futures::StreamExt;
 use iceberg::{Catalog, TableIdent};
-use parquet::file::properties::WriterProperties;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::{Instant as Deadline, sleep_until};
@@ -37,9 +29,8 @@ use super::Service;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
-use crate::write::parallel::FileEncoder;
 use crate::write::{
-    self, CommitReport, ConformOptions, IngestStats, Reservation, Segment, WriteError, WriteProps,
+    self, BatchLimits, Batcher, CommitReport, IngestStats, Segment, WriteError, WriteProps,
 };
 
 /// Sends acks back to the client. Unbounded: a client that reads acks only after it has
@@ -86,49 +77,45 @@ pub(crate) async fn run(
         }
         Err(e) => return Err(Error::catalog(&ident, e)),
     };
-    let arrow = write::table_arrow_schema(&table)?;
-    let file_props = write::encode::writer_properties(&table)?;
-
-    let depth = svc.config.channel_depth.get();
-    let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
-    let mut reader = Reader {
-        svc,
-        table_name: ident.to_string(),
-        arrow,
-        conform: ConformOptions::for_table(&table),
-        iceberg_schema: table.metadata().current_schema().clone(),
-        file_props,
-        file: None,
-        group_bytes: 0,
-        reservation: Reservation::empty(),
-        deadline: None,
-        segments,
+    let limits = BatchLimits {
+        budget: svc.budget.clone(),
+        target_file_size_bytes: svc.config.target_file_size,
+        commit_interval: Some(svc.config.commit_interval),
     };
+    let mut batcher = Batcher::new(&table, limits)?;
+    let depth = svc.config.channel_depth.get();
+    let (mut segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
+    let name = ident.to_string();
     let read = async move {
         if let Some(batch) = first {
-            reader.push(batch).await?;
+            batcher.push(&batch, &mut segments).await?;
         }
         let mut stopped = false;
         loop {
-            let deadline = reader.deadline;
+            let deadline = batcher.deadline();
             tokio::select! {
                 _ = svc.shutdown.cancelled(), if !stopped => {
                     stopped = true;
                     break;
                 }
                 next = batches.next() => match next {
-                    Some(batch) => reader.push(batch.map_err(|e| flight_error(e, limit))?).await?,
+                    Some(batch) => {
+                        let batch = batch.map_err(|e| flight_error(e, limit))?;
+                        let rows = batcher.push(&batch, &mut segments).await?;
+                        debug!(table = %name, rows, "batch");
+                    }
                     None => break,
                 },
                 _ = sleep_until(deadline.unwrap_or_else(Deadline::now)), if deadline.is_some() => {
-                    reader.cut(true).await?;
+                    batcher.cut(&mut segments).await?;
+                    let _ = segments.send(Ok(Segment::Commit)).await;
                 }
             }
         }
-        reader.cut(false).await?;
+        batcher.cut(&mut segments).await?;
         Ok::<bool, Error>(stopped)
-        // `reader` drops here, closing the segment channel: the pipeline drains and
-        // commits the rest.
+        // `segments` drops here, closing the channel: the pipeline drains and commits
+        // the rest.
     };
 
     let props = WriteProps {
@@ -152,7 +139,7 @@ pub(crate) async fn run(
         let _ = acks.send(Ok(ack(&name, snapshot_id, &report.cumulative, false)));
     };
     let pipeline = async {
-        let result = write::run_overlapped(
+        let result = write::ingest_pipelined_overlap_stream(
             svc.catalog.as_ref(),
             &table,
             ReceiverStream::new(segment_rx),
@@ -179,90 +166,6 @@ pub(crate) async fn run(
     Ok(stats)
 }
 
-/// The reading half of a put: batches in, segments out.
-struct Reader<'a> {
-    svc: &'a Service,
-    table_name: String,
-    arrow: SchemaRef,
-    conform: ConformOptions,
-    iceberg_schema: Arc<iceberg::spec::Schema>,
-    file_props: WriterProperties,
-    /// The data file being filled; its full row groups are already encoding.
-    file: Option<FileEncoder>,
-    group_bytes: u64,
-    reservation: Reservation,
-    /// When the oldest row not yet sent for commit must be committed.
-    deadline: Option<Deadline>,
-    segments: mpsc::Sender<Result<Segment, WriteError>>,
-}
-
-impl Reader<'_> {
-    async fn push(&mut self, batch: RecordBatch) -> Result<(), Error> {
-        let batch = write::conform_batch_with(&self.table_name, &batch, &self.arrow, self.conform)?;
-        debug!(table = %self.table_name, rows = batch.num_rows(), "batch");
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
-        let bytes = batch_bytes(&batch);
-        let reservation = match self.svc.budget.try_reserve(bytes as usize) {
-            Some(r) => r,
-            None => {
-                // Budget spent: hand our own open group on (its bytes come back once it is
-                // written), then wait for room. Waiting stops reading from the client.
-                self.send_group().await?;
-                self.svc.budget.reserve(bytes as usize).await
-            }
-        };
-        self.reservation.merge(reservation);
-        self.group_bytes += bytes;
-        let file = match &mut self.file {
-            Some(file) => file,
-            None => self.file.insert(
-                FileEncoder::new(self.iceberg_schema.clone(), self.file_props.clone()).map_err(
-                    |source| WriteError::Encode {
-                        table: self.table_name.clone(),
-                        source: Box::new(source),
-                    },
-                )?,
-            ),
-        };
-        file.push(&batch);
-        if self.deadline.is_none() {
-            self.deadline = Some(Deadline::now() + self.svc.config.commit_interval);
-        }
-        if self.group_bytes >= self.svc.config.target_file_size {
-            self.send_group().await?;
-        }
-        Ok(())
-    }
-
-    /// Sends the open group (if any) to be encoded and written as one data file.
-    async fn send_group(&mut self) -> Result<(), Error> {
-        let Some(file) = self.file.take() else {
-            return Ok(());
-        };
-        let reservation = std::mem::replace(&mut self.reservation, Reservation::empty());
-        self.group_bytes = 0;
-        self.send(Segment::File(Box::new(file), reservation)).await
-    }
-
-    /// Sends the open group and, when `commit` is set, a commit marker.
-    async fn cut(&mut self, commit: bool) -> Result<(), Error> {
-        self.send_group().await?;
-        self.deadline = None;
-        if commit {
-            self.send(Segment::Commit).await?;
-        }
-        Ok(())
-    }
-
-    async fn send(&mut self, segment: Segment) -> Result<(), Error> {
-        // A closed channel means the pipeline already failed; try_join reports its error.
-        let _ = self.segments.send(Ok(segment)).await;
-        Ok(())
-    }
-}
-
 fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutResult {
     let ack = CommitAck {
         table: table.to_string(),
@@ -275,16 +178,6 @@ fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutRes
     PutResult {
         app_metadata: ack.encode_to_vec().into(),
     }
-}
-
-/// The bytes `batch`'s rows occupy. Unlike `get_array_memory_size`, this does not count a
-/// shared IPC message buffer once per column that slices it.
-pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
-    batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
-        .sum()
 }
 
 /// Maps a decode-side Flight error to skade's error; a message over the size limit

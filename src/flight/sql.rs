@@ -2,9 +2,10 @@
 //! driver ingest into skade: `GetSqlInfo`, `DoPut(CommandStatementIngest)`, and the
 //! actions `BeginTransaction`, `EndTransaction` and `CloseSession`. No SQL is run.
 //!
-//! An ingest is conformed to its table's schema batch by batch, cut into data files of
-//! about `--target-file-size` (holding the batches against the server's memory budget
-//! until their file is written), encoded on all cores and written at once; it becomes
+//! An ingest goes through the same [`write::Batcher`] as a streaming put: conformed to
+//! its table's schema batch by batch, held against the server's memory budget, and cut
+//! into data files of about `--target-file-size` whose row groups encode on all cores as
+//! rows arrive; each full file is written at once ([`write::StageFiles`]). It becomes
 //! visible only when its transaction commits ([`super::txn`]), or — with no transaction
 //! — when the stream ends, as one snapshot. A table that does not exist is created by that
 //! same commit, so a rolled back transaction leaves no empty table behind.
@@ -12,7 +13,6 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
@@ -36,7 +36,7 @@ use super::{Service, read::DataStream};
 use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
-use crate::write::{self, FileNames, Reservation, WriteProps};
+use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles};
 
 /// The Flight SQL action that opens a transaction.
 pub(crate) const BEGIN_TRANSACTION: &str = "BeginTransaction";
@@ -472,11 +472,19 @@ async fn stream_into(
         }
     };
     resolve(svc, state, ident, definition, &schema).await?;
-    let props = WriteProps {
-        channel_depth: svc.config.channel_depth.get(),
-    };
     let name = ident.to_string();
-    let mut group = Group::default();
+    let limits = BatchLimits {
+        budget: svc.budget.clone(),
+        target_file_size_bytes: svc.config.target_file_size,
+        commit_interval: None,
+    };
+    let staged = staged_mut(state, ident)?;
+    let mut batcher = Batcher::new(&staged.table, limits)?;
+    let mut sink = StageFiles {
+        table: &staged.table,
+        names: &mut staged.names,
+        files: &mut staged.files,
+    };
     let mut rows = 0u64;
     loop {
         let batch = match next.take() {
@@ -489,65 +497,12 @@ async fn stream_into(
         if let Some(txn) = txn {
             txn.touch();
         }
-        let staged = staged_mut(state, ident)?;
-        let options = write::ConformOptions::for_table(&staged.table);
-        let batch = write::conform_batch_with(&name, &batch, &staged.arrow, options)?;
-        debug!(table = %name, rows = batch.num_rows(), "ingest batch");
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        rows += batch.num_rows() as u64;
-        let bytes = super::put::batch_bytes(&batch) as usize;
-        let reservation = match svc.budget.try_reserve(bytes) {
-            Some(r) => r,
-            None => {
-                // Budget spent: write our own open group first (its bytes come back),
-                // then wait for room; waiting stops reading from the client.
-                group.flush(staged, &props).await?;
-                svc.budget.reserve(bytes).await
-            }
-        };
-        group.push(batch, bytes, reservation);
-        if group.bytes as u64 >= svc.config.target_file_size {
-            group.flush(staged, &props).await?;
-        }
+        let taken = batcher.push(&batch, &mut sink).await?;
+        debug!(table = %name, rows = taken, "ingest batch");
+        rows += taken;
     }
-    group.flush(staged_mut(state, ident)?, &props).await?;
+    batcher.cut(&mut sink).await?;
     Ok(rows)
-}
-
-/// Batches gathered for one data file, and the budget they hold.
-#[derive(Default)]
-struct Group {
-    batches: Vec<RecordBatch>,
-    bytes: usize,
-    reservation: Option<Reservation>,
-}
-
-impl Group {
-    fn push(&mut self, batch: RecordBatch, bytes: usize, reservation: Reservation) {
-        match &mut self.reservation {
-            Some(held) => held.merge(reservation),
-            None => self.reservation = Some(reservation),
-        }
-        self.bytes += bytes;
-        self.batches.push(batch);
-    }
-
-    /// Encodes and writes the group as one data file of `staged` (staged, not visible).
-    async fn flush(&mut self, staged: &mut Staged, props: &WriteProps) -> Result<(), Error> {
-        if self.batches.is_empty() {
-            return Ok(());
-        }
-        let batches = std::mem::take(&mut self.batches);
-        let files =
-            write::encode_and_write_files(&staged.table, vec![batches], &mut staged.names, props)
-                .await?;
-        staged.files.extend(files);
-        self.bytes = 0;
-        self.reservation = None;
-        Ok(())
-    }
 }
 
 fn staged_mut<'a>(state: &'a mut TxnState, ident: &TableIdent) -> Result<&'a mut Staged, Error> {
@@ -611,11 +566,9 @@ async fn resolve(
         }
         Err(e) => return Err(Error::catalog(ident, e)),
     };
-    let arrow = write::table_arrow_schema(&table)?;
     state.tables.push(Staged {
         table,
         create,
-        arrow,
         names: FileNames::new(),
         files: Vec::new(),
     });

@@ -18,7 +18,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use arrow_schema::SchemaRef;
 use iceberg::TableIdent;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
@@ -91,8 +90,6 @@ pub(crate) struct Staged {
     pub(crate) table: Table,
     /// Whether the commit creates the table.
     pub(crate) create: bool,
-    /// The Arrow schema batches are conformed to.
-    pub(crate) arrow: SchemaRef,
     /// Names the transaction's files of this table in write order.
     pub(crate) names: FileNames,
     /// Files written and not yet visible.

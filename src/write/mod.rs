@@ -9,6 +9,7 @@
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
 //! - [`budget`]: the shared memory budget for rows in flight.
 
+pub mod batcher;
 pub mod budget;
 pub mod conform;
 pub mod encode;
@@ -21,6 +22,7 @@ pub mod schema;
 pub mod stage;
 pub mod types;
 
+pub use batcher::{BatchLimits, Batcher, FileSink, FullFile, batch_bytes};
 pub use budget::{MemoryBudget, Reservation};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
@@ -30,8 +32,8 @@ pub use ingest::{
 };
 pub use multi::{COMMIT_RETRIES, StagedTable, commit_staged, encode_and_write_files, ingest_multi};
 pub use pipeline::{
-    CommitReport, Segment, encode_pipelined, ingest_pipelined, ingest_pipelined_overlap,
-    run_overlapped,
+    CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
+    ingest_pipelined_overlap, ingest_pipelined_overlap_stream,
 };
 pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,

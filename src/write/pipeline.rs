@@ -4,7 +4,8 @@
 //! - [`encode_pipelined`]: the shared all-core encode; results in submission order.
 //! - [`ingest_pipelined`]: encode → write (≤ `channel_depth` writes in flight) → a serial
 //!   commit loop. The proven baseline.
-//! - [`ingest_pipelined_overlap`] / [`run_overlapped`]: the same files, grouping and
+//! - [`ingest_pipelined_overlap_stream`] (what Lane 1's `DoPut` runs) and its
+//!   collected-groups wrapper [`ingest_pipelined_overlap`]: the same files, grouping and
 //!   snapshots, but the committer runs *beside* the writer: it consumes written files, in
 //!   submission order, from a bounded channel while later files are still being encoded
 //!   and written, so each commit's fsync overlaps the next files' writes (§f1).
@@ -23,7 +24,7 @@ use iceberg::table::Table;
 use tokio::sync::mpsc;
 
 use super::WriteError;
-use super::budget::Reservation;
+use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
 use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
 use super::parallel::FileEncoder;
@@ -32,12 +33,52 @@ use super::parallel::FileEncoder;
 #[derive(Debug)]
 pub enum Segment {
     /// One data file, its row groups already encoding on rayon as its rows arrived
-    /// ([`FileEncoder`]). The reservation (its rows' bytes) is released once the file is
-    /// written.
-    File(Box<FileEncoder>, Reservation),
+    /// ([`FileEncoder`], from a [`super::Batcher`]). The reservation (its rows' bytes) is
+    /// released once the file is written.
+    File(FullFile),
+    /// One data file already encoded (the design's collected-groups form).
+    Encoded(Box<EncodedFile>),
     /// Commit every file written so far, even if fewer than `files_per_commit`
     /// (`--commit-interval` elapsed).
     Commit,
+}
+
+/// Lane 1's sink: a full file goes to the overlapped writer as a [`Segment::File`].
+impl FileSink for mpsc::Sender<Result<Segment, WriteError>> {
+    async fn accept(&mut self, file: FullFile) -> Result<(), WriteError> {
+        // A closed channel means the pipeline already failed; its error is reported
+        // where the pipeline is awaited.
+        let _ = self.send(Ok(Segment::File(file))).await;
+        Ok(())
+    }
+}
+
+/// Lane 2's sink: each full file is finished and written at once under `table`, and its
+/// `DataFile` kept in `files` for a later commit (staged, not visible).
+#[derive(Debug)]
+pub struct StageFiles<'a> {
+    /// The table the files belong to (a catalog handle or a planned table).
+    pub table: &'a Table,
+    /// Names the files.
+    pub names: &'a mut FileNames,
+    /// The written files, in order.
+    pub files: &'a mut Vec<DataFile>,
+}
+
+impl FileSink for StageFiles<'_> {
+    async fn accept(&mut self, file: FullFile) -> Result<(), WriteError> {
+        let FullFile {
+            encoder,
+            reservation,
+        } = file;
+        if let Some(encoded) = finish(self.table, *encoder).await? {
+            let path = self.names.next_path(self.table);
+            self.files
+                .push(write_file(self.table, path, encoded).await?);
+        }
+        drop(reservation);
+        Ok(())
+    }
 }
 
 /// One commit the pipeline made.
@@ -89,11 +130,14 @@ pub async fn ingest_pipelined(
     Ok((table, stats))
 }
 
-/// The overlapped lane over a fixed list of groups: identical files, grouping, snapshots
-/// and stats to [`ingest_pipelined`]; only the timing differs (commits overlap writes).
+/// The overlapped lane over a fixed list of groups (the design note's signature): a
+/// thin wrapper that encodes them all ([`encode_pipelined`]) and runs
+/// [`ingest_pipelined_overlap_stream`] over the encoded files. Identical files, grouping,
+/// snapshots and stats to [`ingest_pipelined`]; only the timing differs (commits overlap
+/// writes).
 ///
 /// # Errors
-/// As [`run_overlapped`].
+/// As [`ingest_pipelined_overlap_stream`].
 pub async fn ingest_pipelined_overlap(
     catalog: &dyn Catalog,
     table: &Table,
@@ -102,19 +146,27 @@ pub async fn ingest_pipelined_overlap(
     props: &WriteProps,
 ) -> Result<(Table, IngestStats), WriteError> {
     let encoded = encode_pipelined(table, groups).await?;
-    let files = futures::stream::iter(
+    let segments = futures::stream::iter(
         encoded
             .into_iter()
-            .map(|f| Ok(Prepared::Encoded(Box::new(f)))),
+            .map(|f| Ok(Segment::Encoded(Box::new(f)))),
     );
-    overlap(catalog, table, files, files_per_commit, props, &mut |_| {}).await
+    ingest_pipelined_overlap_stream(
+        catalog,
+        table,
+        segments,
+        files_per_commit,
+        props,
+        &mut |_| {},
+    )
+    .await
 }
 
-/// The overlapped lane over a stream of [`Segment`]s, as the streaming put uses it: each
+/// The overlapped lane over a stream of [`Segment`]s — what Lane 1's `DoPut` runs. Each
 /// file, whose row groups have been encoding since they filled, is finished (≤
-/// `props.channel_depth` files at once) and written as it arrives; the committer commits every `files_per_commit` files
-/// and at each [`Segment::Commit`], calling `on_commit` after each commit, and commits
-/// the rest when the stream ends.
+/// `props.channel_depth` files at once) and written as it arrives; the committer, beside
+/// the writer, commits every `files_per_commit` files and at each [`Segment::Commit`],
+/// calling `on_commit` after each commit, and commits the rest when the stream ends.
 ///
 /// # Errors
 /// The first error of the input stream, an encode, a write or a commit. Commits already
@@ -123,7 +175,7 @@ pub async fn ingest_pipelined_overlap(
 /// # Cancel safety
 /// Dropping the future cancels the pipeline: commits already made stay, a commit whose
 /// redb transaction had not committed is not visible.
-pub async fn run_overlapped(
+pub async fn ingest_pipelined_overlap_stream(
     catalog: &dyn Catalog,
     table: &Table,
     segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
@@ -131,18 +183,7 @@ pub async fn run_overlapped(
     props: &WriteProps,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
-    let prepared = segments.map_ok(|segment| match segment {
-        Segment::File(encoder, reservation) => Prepared::File(encoder, reservation),
-        Segment::Commit => Prepared::Commit,
-    });
-    overlap(catalog, table, prepared, files_per_commit, props, on_commit).await
-}
-
-/// An input of the writer: a file still encoding, an encoded file, or a commit marker.
-enum Prepared {
-    File(Box<FileEncoder>, Reservation),
-    Encoded(Box<EncodedFile>),
-    Commit,
+    overlap(catalog, table, segments, files_per_commit, props, on_commit).await
 }
 
 /// What the writer hands the committer, in submission order.
@@ -154,7 +195,7 @@ enum Written {
 async fn overlap(
     catalog: &dyn Catalog,
     table: &Table,
-    input: impl Stream<Item = Result<Prepared, WriteError>> + Send,
+    input: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
     props: &WriteProps,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
@@ -170,8 +211,8 @@ async fn overlap(
         let written = input
             .map_ok(|item| {
                 let path = match &item {
-                    Prepared::File(..) | Prepared::Encoded(_) => Some(names.next_path(table)),
-                    Prepared::Commit => None,
+                    Segment::File(..) | Segment::Encoded(_) => Some(names.next_path(table)),
+                    Segment::Commit => None,
                 };
                 prepare(table, item, path)
             })
@@ -252,13 +293,16 @@ async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFil
 /// Finishes encoding (if needed) and writes one item; `None` for a file without rows.
 async fn prepare(
     table: &Table,
-    item: Prepared,
+    item: Segment,
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
     let (encoded, _reservation) = match item {
-        Prepared::Commit => return Ok(Some(Written::Commit)),
-        Prepared::Encoded(file) => (Some(*file), None),
-        Prepared::File(encoder, reservation) => (finish(table, *encoder).await?, Some(reservation)),
+        Segment::Commit => return Ok(Some(Written::Commit)),
+        Segment::Encoded(file) => (Some(*file), None),
+        Segment::File(FullFile {
+            encoder,
+            reservation,
+        }) => (finish(table, *encoder).await?, Some(reservation)),
     };
     match (encoded, path) {
         (Some(file), Some(path)) => Ok(Some(Written::File(Box::new(
