@@ -89,7 +89,24 @@ pub enum Error {
         /// The flag that sets it.
         flag: &'static str,
     },
-    /// The transport reported an error (e.g. a message over the size limit).
+    /// A gRPC message is larger than `--max-message-size`.
+    #[error(
+        "a message exceeds the server's limit of {limit_bytes} bytes (--max-message-size): {detail}"
+    )]
+    MessageTooLarge {
+        /// The limit in force, in bytes.
+        limit_bytes: u64,
+        /// The transport's own words.
+        detail: String,
+    },
+    /// A failure only the server can cause (a task that panicked, an answer it could not
+    /// build); the client's request was fine.
+    #[error("internal error: {what}")]
+    Internal {
+        /// What failed.
+        what: String,
+    },
+    /// The transport reported an error; its status is passed on as it is.
     #[error("{0}")]
     Transport(Box<Status>),
 }
@@ -136,7 +153,8 @@ impl Error {
             Error::Unsupported { .. } => Code::Unimplemented,
             Error::ShuttingDown { .. } => Code::Unavailable,
             Error::Unauthenticated => Code::Unauthenticated,
-            Error::LimitReached { .. } => Code::ResourceExhausted,
+            Error::LimitReached { .. } | Error::MessageTooLarge { .. } => Code::ResourceExhausted,
+            Error::Internal { .. } => Code::Internal,
             Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, redact(self.to_string()))
@@ -196,6 +214,23 @@ fn iceberg_code(e: &iceberg::Error) -> Code {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failure only the server can cause is Internal, never the client's
+    /// InvalidArgument (RED before: a panicked ingest task answered InvalidArgument).
+    #[test]
+    fn server_side_failures_are_internal_and_limits_resource_exhausted() {
+        let internal = Error::Internal {
+            what: "the ingest task failed: panicked".into(),
+        };
+        assert_eq!(internal.into_status().code(), Code::Internal);
+        let large = Error::MessageTooLarge {
+            limit_bytes: 64,
+            detail: "decoded message length too large".into(),
+        };
+        let status = large.into_status();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        assert!(status.message().contains("--max-message-size"));
+    }
 
     /// A storage failure's status names the file below the warehouse, never the
     /// server's absolute path.

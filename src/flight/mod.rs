@@ -114,7 +114,9 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 const HANDSHAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn unimplemented(rpc: &str) -> Status {
-    Status::unimplemented(format!("skade does not implement {rpc}"))
+    reject(Error::Unsupported {
+        what: rpc.to_string(),
+    })
 }
 
 /// The table of a `PATH` descriptor.

@@ -181,16 +181,16 @@ fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutRes
 }
 
 /// Maps a decode-side Flight error to skade's error; a message over the size limit
-/// becomes `ResourceExhausted` naming the limit.
+/// becomes [`Error::MessageTooLarge`] naming the limit.
 pub(crate) fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
     match e {
         FlightError::Tonic(status)
             if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
         {
-            Error::Transport(Box::new(Status::resource_exhausted(format!(
-                "a message exceeds the server's limit of {limit_bytes} bytes (--max-message-size): {}",
-                status.message()
-            ))))
+            Error::MessageTooLarge {
+                limit_bytes,
+                detail: status.message().to_string(),
+            }
         }
         FlightError::Tonic(status) => Error::Transport(status),
         other => Error::Decode {

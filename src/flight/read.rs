@@ -74,7 +74,10 @@ pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStre
         .build(batches)
         .map_err(|e| match e {
             FlightError::Tonic(status) => *status,
-            other => Status::internal(format!("reading the table failed: {other}")),
+            other => Error::Internal {
+                what: format!("reading the table failed: {other}"),
+            }
+            .into_status(),
         });
     Ok(Box::pin(stream))
 }

@@ -109,8 +109,8 @@ pub(crate) fn sql_info(svc: &Service) -> Result<SqlInfoData, Error> {
     info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, true);
     info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
     info.append(SqlInfo::FlightSqlServerTransactionTimeout, timeout_ms);
-    info.build().map_err(|e| Error::BadRequest {
-        reason: format!("cannot build the SQL info: {e}"),
+    info.build().map_err(|e| Error::Internal {
+        what: format!("cannot build the SQL info: {e}"),
     })
 }
 
@@ -139,8 +139,8 @@ pub(crate) fn flight_info(
             let ticket = Ticket::new(cmd.as_any().encode_to_vec());
             FlightInfo::new()
                 .try_with_schema(&data.schema())
-                .map_err(|e| Error::BadRequest {
-                    reason: format!("cannot encode the SQL info schema: {e}"),
+                .map_err(|e| Error::Internal {
+                    what: format!("cannot encode the SQL info schema: {e}"),
                 })
                 .map(|info| {
                     info.with_descriptor(descriptor.clone())
@@ -170,13 +170,18 @@ fn get_sql_info(svc: &Service, cmd: CommandGetSqlInfo) -> Result<DataStream, Err
     let batch = cmd
         .into_builder(&data)
         .build()
-        .map_err(|e| Error::BadRequest {
-            reason: format!("cannot select the SQL info: {e}"),
+        .map_err(|e| Error::Internal {
+            what: format!("cannot select the SQL info: {e}"),
         })?;
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(data.schema())
         .build(futures::stream::iter([Ok(batch)]))
-        .map_err(|e| Status::internal(format!("encoding the SQL info failed: {e}")));
+        .map_err(|e| {
+            Error::Internal {
+                what: format!("encoding the SQL info failed: {e}"),
+            }
+            .into_status()
+        });
     Ok(Box::pin(stream))
 }
 
@@ -379,8 +384,8 @@ pub(crate) async fn do_put(
         }
         .instrument(Span::current()),
     );
-    let rows = task.await.map_err(|e| Error::BadRequest {
-        reason: format!("the ingest task failed: {e}"),
+    let rows = task.await.map_err(|e| Error::Internal {
+        what: format!("the ingest task failed: {e}"),
     })??;
     let result = DoPutUpdateResult {
         record_count: i64::try_from(rows).unwrap_or(i64::MAX),
@@ -506,8 +511,8 @@ async fn stream_into(
 }
 
 fn staged_mut<'a>(state: &'a mut TxnState, ident: &TableIdent) -> Result<&'a mut Staged, Error> {
-    state.table_mut(ident).ok_or_else(|| Error::BadRequest {
-        reason: format!("table {ident} is not staged in this transaction"),
+    state.table_mut(ident).ok_or_else(|| Error::Internal {
+        what: format!("table {ident} is not staged in this transaction"),
     })
 }
 

@@ -197,18 +197,7 @@ impl TxnState {
                 Ok((tables, stats))
             }
             Err(e) => {
-                let nothing_committed = matches!(
-                    &e,
-                    write::WriteError::Catalog { source, .. }
-                        if matches!(
-                            source.kind(),
-                            iceberg::ErrorKind::CatalogCommitConflicts
-                                | iceberg::ErrorKind::TableAlreadyExists
-                                | iceberg::ErrorKind::TableNotFound
-                                | iceberg::ErrorKind::DataInvalid
-                        )
-                ) || matches!(&e, write::WriteError::RepeatedTable { .. });
-                if nothing_committed {
+                if e.committed_nothing() {
                     self.discard().await;
                 }
                 Err(e.into())

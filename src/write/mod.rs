@@ -110,6 +110,26 @@ pub enum WriteError {
 }
 
 impl WriteError {
+    /// Whether this failure of a multi-table commit ([`commit_staged`]) certainly left
+    /// the catalog untouched — a conflict, a table created or dropped meanwhile, a
+    /// rejected update, a repeated table — so the staged files can be deleted. Any other
+    /// failure (e.g. storage during the redb transaction) may have committed; its files
+    /// must stay.
+    pub fn committed_nothing(&self) -> bool {
+        use iceberg::ErrorKind;
+        match self {
+            WriteError::RepeatedTable { .. } => true,
+            WriteError::Catalog { source, .. } => matches!(
+                source.kind(),
+                ErrorKind::CatalogCommitConflicts
+                    | ErrorKind::TableAlreadyExists
+                    | ErrorKind::TableNotFound
+                    | ErrorKind::DataInvalid
+            ),
+            _ => false,
+        }
+    }
+
     /// Wraps a catalog error for `table`.
     pub fn catalog(table: &impl std::fmt::Display, source: iceberg::Error) -> Self {
         Self::Catalog {
