@@ -1,4 +1,4 @@
-//! Bearer-token authentication of the Flight address (SERVICE.md, "Security"), and the
+//! Bearer-token authentication of the Flight address (docs/SERVICE.md, "Security"), and the
 //! per-RPC span every Flight call runs in.
 //!
 //! [`Tokens`] is the set of valid tokens, read from `--auth-token-file` (one per line)

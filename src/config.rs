@@ -1,4 +1,4 @@
-//! Command line and environment configuration (SERVICE.md, "Process and defaults").
+//! Command line and environment configuration (docs/SERVICE.md, "Process and defaults").
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;

@@ -8,7 +8,7 @@ use crate::write::WriteError;
 /// Everything a Flight RPC can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A table name or path element breaks SERVICE.md's naming rule.
+    /// A table name or path element breaks docs/SERVICE.md's naming rule.
     #[error("invalid table name: {reason}")]
     BadName {
         /// What is wrong, quoting the element.

@@ -2,7 +2,7 @@
 //! Apache Iceberg tables, with an embedded redb catalog as its single durability point.
 //!
 //! [`start`] runs the whole service in-process (the tests do this); `main.rs` only parses
-//! the command line and calls [`run`]. The contract is `SERVICE.md` in the design notes.
+//! the command line and calls [`run`]. The contract is `docs/SERVICE.md`.
 
 pub mod auth;
 pub mod catalog;

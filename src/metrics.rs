@@ -1,4 +1,4 @@
-//! Every metric skade exports, by name (SERVICE.md, "Metrics"), and their registry.
+//! Every metric skade exports, by name (docs/SERVICE.md, "Metrics"), and their registry.
 //!
 //! Each server owns its own [`Metrics`] (a `prometheus::Registry`), so several servers in
 //! one process — as in the tests — count separately.

@@ -1,4 +1,4 @@
-//! `ingest_multi` (design note `ingest_multi` §f5): N tables, ONE redb write transaction,
+//! `ingest_multi` (`docs/design/ingest_multi.md` §f5): N tables, ONE redb write transaction,
 //! all or nothing, byte-identical data files. Real redb files and a real warehouse on
 //! disk; the commit count is the catalog's own (`RedbCatalog::commit_count`, the
 //! per-instance twin of the process-global `redb_commit_count`, so tests running in

@@ -1,6 +1,6 @@
-//! The overlapped committer pinned to the serial one by direct equality (design note
-//! `ingest_pipelined_overlap` §f4): any drop, duplicate, reorder or mis-grouping in the
-//! overlap pipeline makes the two diverge.
+//! The overlapped committer pinned to the serial one by direct equality
+//! (`docs/design/ingest_pipelined_overlap.md` §f4): any drop, duplicate, reorder or
+//! mis-grouping in the overlap pipeline makes the two diverge.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Security of the Flight address (SERVICE.md, "Security"): TLS with a self-signed
+//! Security of the Flight address (docs/SERVICE.md, "Security"): TLS with a self-signed
 //! certificate made here, bearer tokens on every Flight and Flight SQL RPC, the Handshake
 //! that trades a token, token reload, and the health service and HTTP endpoints that stay
 //! open. Real servers on 127.0.0.1:0, real tonic/arrow-flight clients.

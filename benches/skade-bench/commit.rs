@@ -140,7 +140,7 @@ pub(crate) async fn commit(runs: usize) {
 
 /// Library commit latency of one release of 8 tables (one staged fast append each, one
 /// redb transaction) vs one single-table commit, on young tables (`SKADE_RELEASE_ROUNDS`
-/// rounds, 30): issue 8's "multi-table flush commit latency ≤ 2× one single-table
+/// rounds, 30): the target "multi-table flush commit latency ≤ 2× one single-table
 /// commit". Both include staging the fast appends (manifest + manifest list) and the
 /// catalog commit; not the data files' encode and write.
 async fn release_latency() {

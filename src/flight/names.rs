@@ -1,4 +1,4 @@
-//! Table names on the wire: Flight `PATH` descriptors and `DoGet` tickets (SERVICE.md,
+//! Table names on the wire: Flight `PATH` descriptors and `DoGet` tickets (docs/SERVICE.md,
 //! "Table names").
 
 use iceberg::{NamespaceIdent, TableIdent};

@@ -1,4 +1,4 @@
-//! The Flight SQL subset (SERVICE.md, Lane 2) that lets the standard ADBC Flight SQL
+//! The Flight SQL subset (docs/SERVICE.md, Lane 2) that lets the standard ADBC Flight SQL
 //! driver ingest into skade: `GetSqlInfo`, `DoPut(CommandStatementIngest)`, and the
 //! actions `BeginTransaction`, `EndTransaction` and `CloseSession`. No SQL is run.
 //!

@@ -1,4 +1,4 @@
-//! Flight SQL transactions (SERVICE.md, Lane 2): the registry of open transactions, keyed
+//! Flight SQL transactions (docs/SERVICE.md, Lane 2): the registry of open transactions, keyed
 //! by id and by the caller's session, and what ends them.
 //!
 //! A transaction holds, per table, data files already encoded and written (so memory stays

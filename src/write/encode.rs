@@ -2,7 +2,7 @@
 //!
 //! Each group becomes one file. Groups are encoded in parallel on rayon's pool and the
 //! results come back in input order (`encoded[i]` is group `i`), the submission order every
-//! write path preserves (design note `ingest_pipelined_overlap` §f2). Each file is itself
+//! write path preserves (`docs/design/ingest_pipelined_overlap.md` §f2). Each file is itself
 //! encoded column-parallel ([`super::parallel`]), byte-identical to what iceberg's own
 //! `ParquetWriter` writes for the same batches, with its `DataFile` metrics (record count,
 //! column sizes, value/null/NaN counts, lower/upper bounds) read from the footer by

@@ -1,12 +1,32 @@
 //! The write path: Arrow record batches → Parquet data files → Iceberg snapshots.
 //!
+//! What each server lane runs:
+//! - **Lane 1** (`DoPut` on a `PATH`): a [`Batcher`] cuts the stream into files that
+//!   encode as rows arrive, and [`ingest_pipelined_overlap_stream`] writes them while its
+//!   committer, beside the writer, commits every few files (one fast append each).
+//! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
+//!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
+//!   [`ingest_multi`]: every table in ONE redb write transaction.
+//!
+//! The design notes' other entry points stay public as the library API their tests pin
+//! (`docs/design/`): [`append`] and [`ingest_parallel`] (one snapshot from collected
+//! groups), [`ingest_pipelined`] (the serial baseline the overlap is compared with),
+//! [`ingest_pipelined_overlap`] (the overlap over collected groups, a thin wrapper of the
+//! stream form), [`encode_pipelined`] and [`encode_and_write_files`], and [`ingest_multi`]
+//! over collected groups.
+//!
+//! Modules:
+//! - [`batcher`]: conform → reserve budget → encode as rows arrive → hand on full files.
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
-//! - [`encode`]: all-core Parquet encode of row groups into in-memory files.
+//! - [`encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
+//!   groups as they fill) and each file's Iceberg metrics from its footer.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
-//! - [`ingest`]: single-commit lanes (`append`, `ingest_parallel`) and file writes.
+//! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
+//!   commit, the per-table commit turn) and the single-commit lanes.
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
+//! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `commit_staged`).
 //! - [`budget`]: the shared memory budget for rows in flight.
 
 pub mod batcher;
@@ -92,7 +112,7 @@ pub enum WriteError {
         #[source]
         source: Box<iceberg::Error>,
     },
-    /// A multi-table ingest named the same table twice (design note `ingest_multi` §f1,
+    /// A multi-table ingest named the same table twice (`docs/design/ingest_multi.md` §f1,
     /// "Distinct idents per batch"); rejected before anything is encoded.
     #[error("table {table} appears more than once in one multi-table ingest")]
     RepeatedTable {

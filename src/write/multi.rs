@@ -1,4 +1,4 @@
-//! Lane 2, the atomic multi-table flush (design note `ingest_multi`).
+//! Lane 2, the atomic multi-table flush (`docs/design/ingest_multi.md`).
 //!
 //! [`encode_and_write_files`] is the encode + write half of `ingest_parallel` (the same
 //! [`encode`] and [`write_files`], so the files are byte-identical); [`commit_staged`]
@@ -86,7 +86,8 @@ pub struct StagedTable {
     pub data_files: Vec<DataFile>,
 }
 
-/// Commits every staged table in ONE redb write transaction: one fast append (one new
+/// The commit half of [`ingest_multi`], and what Lane 2's COMMIT runs: commits every
+/// staged table in ONE redb write transaction: one fast append (one new
 /// snapshot) per table that has files, and the pointer of every table created. A table
 /// that is neither created nor given files is skipped; when all are skipped nothing is
 /// written at all and `commits` is 0, else `commits` is 1.
@@ -136,7 +137,7 @@ pub async fn commit_staged(
     }
     // A table committed while the transaction was open is re-based before the first
     // stage, instead of after a conflict. Every table at once (here and below): a flush
-    // of N tables waits for its slowest table, not for the sum (issue 8's multi-table
+    // of N tables waits for its slowest table, not for the sum (the multi-table
     // latency target).
     try_join_all(bases.iter_mut().zip(&live).map(|(base, &i)| async move {
         if staged[i].create {
@@ -221,7 +222,7 @@ pub async fn commit_staged(
 }
 
 /// Encodes and writes every table's groups (in input order, each on all cores), then
-/// commits them all in ONE redb write transaction (design note `ingest_multi` §f1): each
+/// commits them all in ONE redb write transaction (`docs/design/ingest_multi.md` §f1): each
 /// table with rows gains exactly one snapshot, tables with no rows are skipped, and
 /// `commits` is 1 — or 0, with no redb write at all, when every table is empty.
 ///

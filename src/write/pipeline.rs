@@ -1,5 +1,5 @@
 //! Pipelined single-table ingest: many data files, one snapshot every `files_per_commit`
-//! files (design note `ingest_pipelined_overlap`).
+//! files (`docs/design/ingest_pipelined_overlap.md`).
 //!
 //! - [`encode_pipelined`]: the shared all-core encode; results in submission order.
 //! - [`ingest_pipelined`]: encode → write (≤ `channel_depth` writes in flight) → a serial
@@ -130,7 +130,7 @@ pub async fn ingest_pipelined(
     Ok((table, stats))
 }
 
-/// The overlapped lane over a fixed list of groups (the design note's signature): a
+/// The overlapped lane over a fixed list of groups (the signature of `docs/design/ingest_pipelined_overlap.md`): a
 /// thin wrapper that encodes them all ([`encode_pipelined`]) and runs
 /// [`ingest_pipelined_overlap_stream`] over the encoded files. Identical files, grouping,
 /// snapshots and stats to [`ingest_pipelined`]; only the timing differs (commits overlap
