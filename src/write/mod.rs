@@ -20,7 +20,7 @@
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
-//! - [`encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
+//! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
 //! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
