@@ -8,7 +8,7 @@
 //! rayon task with parquet-rs's `ArrowColumnWriter`s (the parallel-encoding pattern
 //! parquet-rs documents on `ArrowColumnWriter`), and appends the chunks in schema order.
 //! The result is byte-identical to what iceberg's `ParquetWriter` (an `ArrowWriter` with
-//! the same properties) writes for the same batches; `tests/parallel_encode.rs` pins
+//! the same properties) writes for the same batches; `tests/integration/parallel_encode.rs` pins
 //! that, and the file's Iceberg metrics come from its footer ([`super::file_stats`]).
 
 use std::collections::HashMap;

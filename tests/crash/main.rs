@@ -48,7 +48,7 @@
 //! survives a killed process, so a missing `syncfs` of the warehouse would only show
 //! after a power loss or kernel crash (not simulated here).
 
-#[path = "../common/mod.rs"]
+#[path = "../integration/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -4,7 +4,7 @@
 //! table definition options, concurrent transactions on one table, `GetSqlInfo`, and the
 //! `--max-streams` slot an abandoned ingest keeps until it ends.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -16,35 +16,11 @@ use arrow_flight::sql::{
     TableNotExistOption,
 };
 use bytes::Bytes;
-use common::{TestServer, metric, synthetic_batch, within};
+use common::{TestServer, ingest_cmd, metric, sql_client, status_of, synthetic_batch, within};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use tonic::Code;
 use tonic::transport::Channel;
-
-async fn sql_client(server: &TestServer) -> FlightSqlServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", server.running.flight_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    FlightSqlServiceClient::new(channel)
-}
-
-fn ingest_cmd(ns: &str, table: &str, txn: Option<&Bytes>) -> CommandStatementIngest {
-    CommandStatementIngest {
-        table_definition_options: Some(TableDefinitionOptions {
-            if_not_exist: TableNotExistOption::Create as i32,
-            if_exists: TableExistsOption::Append as i32,
-        }),
-        table: table.to_string(),
-        schema: Some(ns.to_string()),
-        catalog: None,
-        temporary: false,
-        transaction_id: txn.cloned(),
-        options: Default::default(),
-    }
-}
 
 async fn ingest(
     client: &mut FlightSqlServiceClient<Channel>,
@@ -54,13 +30,6 @@ async fn ingest(
     client
         .execute_ingest(cmd, futures::stream::iter(batches.into_iter().map(Ok)))
         .await
-}
-
-fn status_of(err: FlightError) -> (Code, String) {
-    match err {
-        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
-        other => panic!("not a gRPC status: {other}"),
-    }
 }
 
 fn ident(ns: &str, table: &str) -> TableIdent {

@@ -1,7 +1,7 @@
 //! Lane 1 through the real server: commits as the stream goes, commit interval, a client
 //! that disconnects mid-stream, backpressure under a small memory budget.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The redb catalog against real redb files and a real warehouse on disk: commit
 //! conflicts, the commit counter, and `atomic_release_raw`'s all-or-nothing contract.
 
-mod common;
+use crate::common;
 
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent, TableRequirement};

@@ -2,7 +2,7 @@
 //! request, loses nothing already committed, and the server keeps serving. Valid edge
 //! input works.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! (`docs/design/ingest_pipelined_overlap.md` §f4): any drop, duplicate, reorder or
 //! mis-grouping in the overlap pipeline makes the two diverge.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

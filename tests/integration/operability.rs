@@ -2,7 +2,7 @@
 //! of the real binary (JSON lines, one span per RPC, one `committed` event per commit,
 //! errors once, tokens never, the token file re-read on SIGHUP).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -10,25 +10,19 @@ use std::time::{Duration, Instant};
 
 use arrow_flight::FlightDescriptor;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{
     CommandStatementIngest, EndTransaction, TableDefinitionOptions, TableExistsOption,
     TableNotExistOption,
 };
-use common::{TestServer, client_at, count, get, put, synthetic_batch, synthetic_schema, within};
+use common::{
+    TestServer, client_at, count, get, put, status_of, synthetic_batch, synthetic_schema, within,
+};
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::transport::Channel;
-
-fn status_of(e: FlightError) -> (Code, String) {
-    match e {
-        FlightError::Tonic(status) => (status.code(), status.message().to_string()),
-        other => panic!("not a gRPC status: {other}"),
-    }
-}
 
 /// `/readyz` is 200 while the catalog reads and the warehouse takes a file, 503 naming
 /// the warehouse when it cannot, and 503 once shutdown has begun; `/healthz` stays 200.

@@ -2,7 +2,7 @@
 //! 127.0.0.1:0, tables written through Flight, raw HTTP requests, JSON checked against
 //! the spec's shapes and the catalog's own pointer.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

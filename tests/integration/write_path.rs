@@ -1,7 +1,7 @@
 //! The write path's files: all-core encode keeps input order, every data file carries the
 //! footer statistics readers prune with, and the codec follows the table's properties.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! orphans and every referenced file stay, the tables still read back completely, and a
 //! live server's data dir is refused.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

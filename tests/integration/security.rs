@@ -3,7 +3,7 @@
 //! that trades a token, token reload, and the health service and HTTP endpoints that stay
 //! open. Real servers on 127.0.0.1:0, real tonic/arrow-flight clients.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! per-instance twin of the process-global `redb_commit_count`, so tests running in
 //! parallel do not disturb each other).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Process lifecycle with the real binary and the in-process server: one process per data
 //! dir, clean shutdown on SIGTERM, open streams ended cleanly on shutdown.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -385,3 +385,47 @@ pub async fn scan(table: &iceberg::table::Table, snapshot: Option<i64>) -> Vec<R
         .await
         .expect("batches")
 }
+
+/// A Flight SQL client connected to `server`.
+pub async fn sql_client(
+    server: &TestServer,
+) -> arrow_flight::sql::client::FlightSqlServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", server.running.flight_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    arrow_flight::sql::client::FlightSqlServiceClient::new(channel)
+}
+
+/// A bulk ingest of `ns.table` (created when missing, appended otherwise), inside the
+/// transaction `txn` when given.
+pub fn ingest_cmd(
+    ns: &str,
+    table: &str,
+    txn: Option<&bytes::Bytes>,
+) -> arrow_flight::sql::CommandStatementIngest {
+    use arrow_flight::sql::{TableDefinitionOptions, TableExistsOption, TableNotExistOption};
+    arrow_flight::sql::CommandStatementIngest {
+        table_definition_options: Some(TableDefinitionOptions {
+            if_not_exist: TableNotExistOption::Create as i32,
+            if_exists: TableExistsOption::Append as i32,
+        }),
+        table: table.to_string(),
+        schema: Some(ns.to_string()),
+        catalog: None,
+        temporary: false,
+        transaction_id: txn.cloned(),
+        options: Default::default(),
+    }
+}
+
+/// The code and message of a Flight error that must be a gRPC status.
+pub fn status_of(err: arrow_flight::error::FlightError) -> (tonic::Code, String) {
+    match err {
+        arrow_flight::error::FlightError::Tonic(status) => {
+            (status.code(), status.message().to_string())
+        }
+        other => panic!("not a gRPC status: {other}"),
+    }
+}

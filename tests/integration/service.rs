@@ -1,7 +1,7 @@
 //! The service end to end: a real server on 127.0.0.1:0, the Rust Flight client, real
 //! files on disk; restart on the same data dir.
 
-mod common;
+use crate::common;
 
 use common::{TestServer, count, get, metric, put, rows_of, synthetic_batch, within};
 use tonic::Code;

@@ -4,7 +4,7 @@
 //! no row is lost or doubled (ids unique and complete), that every commit is exactly one
 //! snapshot, and that `/metrics` agrees with what a reader sees.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,19 +12,17 @@ use std::time::Duration;
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_flight::FlightDescriptor;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::sql::client::FlightSqlServiceClient;
-use arrow_flight::sql::{
-    CommandStatementIngest, EndTransaction, TableDefinitionOptions, TableExistsOption,
-    TableNotExistOption,
+use arrow_flight::sql::EndTransaction;
+use common::{
+    TestServer, ingest_cmd, metric, put, put_with_schema, sql_client, synthetic_batch,
+    synthetic_schema, within,
 };
-use common::{TestServer, metric, put, put_with_schema, synthetic_batch, synthetic_schema, within};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::{Catalog, TableIdent};
 use prost::Message;
 use skade::proto::CommitAck;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 /// Rows per batch; every batch is one data file (`--target-file-size 1`).
 const ROWS: usize = 50;
@@ -268,30 +266,6 @@ async fn eight_puts_into_a_fresh_table_without_a_snapshot_all_land() {
     server.stop().await;
 }
 
-async fn sql_client(server: &TestServer) -> FlightSqlServiceClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", server.running.flight_addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    FlightSqlServiceClient::new(channel)
-}
-
-fn ingest_cmd(table: &str, txn: &bytes::Bytes) -> CommandStatementIngest {
-    CommandStatementIngest {
-        table_definition_options: Some(TableDefinitionOptions {
-            if_not_exist: TableNotExistOption::Create as i32,
-            if_exists: TableExistsOption::Append as i32,
-        }),
-        table: table.to_string(),
-        schema: Some("race".to_string()),
-        catalog: None,
-        temporary: false,
-        transaction_id: Some(txn.clone()),
-        options: Default::default(),
-    }
-}
-
 /// A two-table Flight SQL transaction committing while a streaming put commits to one
 /// of its tables every batch, five rounds: the transaction and the put both land every
 /// time, the transaction's tables each gain exactly one snapshot per round, and no row
@@ -327,7 +301,7 @@ async fn a_transaction_racing_a_put_on_one_of_its_tables_both_land() {
             let rows = within(
                 60,
                 sql.execute_ingest(
-                    ingest_cmd(table, &txn),
+                    ingest_cmd("race", table, Some(&txn)),
                     futures::stream::iter([Ok(synthetic_batch(first, 100))]),
                 ),
             )

@@ -1,0 +1,27 @@
+//! skade's integration tests, one binary with a module per topic (one link instead of
+//! fifteen on a 2-core CI machine). Every module runs against real parts: a real
+//! server on 127.0.0.1 port 0 with a temp data dir ([`common::TestServer`]), real redb
+//! files, the Rust Flight client. The crash test (`tests/crash/`) is its own binary: it
+//! SIGKILLs the real `skade` binary.
+//!
+//! The design notes' own tests keep their names: [`ingest_multi`]
+//! (`docs/design/ingest_multi.md` §f5) and [`ingest_overlap`]
+//! (`docs/design/ingest_pipelined_overlap.md` §f4).
+
+mod common;
+
+mod bad_input;
+mod catalog;
+mod concurrency;
+mod flight_sql;
+mod gc;
+mod ingest_multi;
+mod ingest_overlap;
+mod lifecycle;
+mod operability;
+mod parallel_encode;
+mod rest;
+mod security;
+mod service;
+mod streaming_put;
+mod write_path;
