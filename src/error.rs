@@ -89,6 +89,20 @@ pub enum Error {
         /// The flag that sets it.
         flag: &'static str,
     },
+    /// A producer's batch sequence is not the next one (exactly-once): a gap, or a
+    /// sequence going backwards inside a stream.
+    #[error(
+        "writer {writer:?}: batch sequence {got} is out of order; expected {expected} \
+         (sequences of a stream are consecutive; resume from the writer's high-water mark)"
+    )]
+    SequenceOutOfOrder {
+        /// The writer id.
+        writer: String,
+        /// The sequence the server expects next.
+        expected: u64,
+        /// The sequence the batch carried.
+        got: u64,
+    },
     /// A gRPC message is larger than `--max-message-size`.
     #[error(
         "a message exceeds the server's limit of {limit_bytes} bytes (--max-message-size): {detail}"
@@ -148,7 +162,9 @@ impl Error {
             },
             Error::Catalog { source, .. } => iceberg_code(source),
             Error::NoTransaction { .. } => Code::NotFound,
-            Error::TransactionEnded { .. } => Code::FailedPrecondition,
+            Error::TransactionEnded { .. } | Error::SequenceOutOfOrder { .. } => {
+                Code::FailedPrecondition
+            }
             Error::TransactionAborted { .. } => Code::Aborted,
             Error::Unsupported { .. } => Code::Unimplemented,
             Error::ShuttingDown { .. } => Code::Unavailable,

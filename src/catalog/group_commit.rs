@@ -42,6 +42,7 @@ use redb::{Database, ReadableTable};
 type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
+use super::marks::{MarkAdvance, WRITER_MARKS};
 use super::{NAMESPACES, REDB_COMMITS, TABLES, durable};
 
 /// One pointer flip of a release.
@@ -58,6 +59,8 @@ pub(super) struct Flip {
     pub(super) table: String,
     /// Namespace keys (every level) to insert when absent; only for creates.
     pub(super) namespaces: Vec<String>,
+    /// The producer's high-water mark this flip advances, in the same transaction.
+    pub(super) mark: Option<MarkAdvance>,
 }
 
 /// The data-commit counters of one catalog instance.
@@ -257,12 +260,16 @@ impl Committer {
         {
             let mut tables = txn.open_table(TABLES).map_err(redb::Error::from)?;
             let mut namespaces = txn.open_table(NAMESPACES).map_err(redb::Error::from)?;
+            let mut marks = txn.open_table(WRITER_MARKS).map_err(redb::Error::from)?;
             for request in batch {
-                if let Err(e) = check(&tables, &request.flips)? {
+                if let Err(e) = check(&tables, &marks, &request.flips)? {
                     outcomes.push(Err(e));
                     continue;
                 }
                 for flip in &request.flips {
+                    if let Some(mark) = &flip.mark {
+                        mark.apply(&mut marks)?;
+                    }
                     for ns in &flip.namespaces {
                         if namespaces
                             .get(ns.as_str())
@@ -308,10 +315,20 @@ impl Committer {
 }
 
 /// Checks every compare-and-swap of one release against the pointers as they stand in
-/// the open transaction. The outer error is storage; the inner one is this release's
-/// own failure (the first flip that does not hold).
-fn check(tables: &Pointers<'_>, flips: &[Flip]) -> std::result::Result<Result<()>, redb::Error> {
+/// the open transaction, and that every writer mark it advances starts after the stored
+/// one. The outer error is storage; the inner one is this release's own failure (the
+/// first flip that does not hold).
+fn check(
+    tables: &Pointers<'_>,
+    marks: &redb::Table<'_, &'static str, &'static [u8]>,
+    flips: &[Flip],
+) -> std::result::Result<Result<()>, redb::Error> {
     for flip in flips {
+        if let Some(mark) = &flip.mark
+            && let Err(e) = mark.check(marks)?
+        {
+            return Ok(Err(e));
+        }
         let current = tables
             .get(flip.key.as_str())?
             .map(|v| v.value().to_string());

@@ -19,6 +19,7 @@
 pub mod durable;
 pub mod gc;
 mod group_commit;
+pub mod marks;
 mod metadata_cache;
 pub mod storage;
 
@@ -119,6 +120,8 @@ struct PreparedCommit {
     new_location: String,
     /// Namespace keys (every level) to insert when absent; only for creates.
     namespaces: Vec<String>,
+    /// The producer's high-water mark the commit advances ([`marks`]).
+    mark: Option<marks::MarkAdvance>,
     table: Table,
 }
 
@@ -144,6 +147,7 @@ impl RedbCatalog {
         let txn = db.begin_write().map_err(redb_error)?;
         txn.open_table(NAMESPACES).map_err(redb_error)?;
         txn.open_table(TABLES).map_err(redb_error)?;
+        txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         Ok(Self {
             committer: Arc::new(Committer::new(db.clone(), warehouse.clone())),
@@ -333,6 +337,58 @@ impl RedbCatalog {
         self.table_handle(ident.clone(), metadata_location.to_string(), metadata)
     }
 
+    /// Every table `writer` has committed to, with its high-water mark there ([`marks`]),
+    /// in table-name order. Empty for a writer never seen (or forgotten).
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writer_marks(&self, writer: &str) -> Result<Vec<(TableIdent, marks::WriterMark)>> {
+        let prefix = format!("{writer}{KEY_SEP}");
+        self.read(move |txn| {
+            let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
+            let mut out = Vec::new();
+            for row in table.range(prefix.as_str()..).map_err(redb_error)? {
+                let (key, value) = row.map_err(redb_error)?;
+                let Some(table_key) = key.value().strip_prefix(prefix.as_str()) else {
+                    break;
+                };
+                let parts = split_key(table_key);
+                let Some((name, namespace)) = parts.split_last() else {
+                    continue;
+                };
+                let (Ok(namespace), Some(mark)) = (
+                    NamespaceIdent::from_vec(namespace.to_vec()),
+                    marks::WriterMark::decode(value.value()),
+                ) else {
+                    continue;
+                };
+                out.push((TableIdent::new(namespace, name.clone()), mark));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// `writer`'s high-water mark in `ident`, if it committed there.
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writer_mark(
+        &self,
+        writer: &str,
+        ident: &TableIdent,
+    ) -> Result<Option<marks::WriterMark>> {
+        let key = marks::mark_key(writer, &table_key(ident)?);
+        self.read(move |txn| {
+            let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
+            Ok(table
+                .get(key.as_str())
+                .map_err(redb_error)?
+                .and_then(|v| marks::WriterMark::decode(v.value())))
+        })
+        .await
+    }
+
     /// Writes a planned table's first metadata and the metadata with `updates` applied;
     /// does not insert its pointer.
     async fn prepare_create(
@@ -345,6 +401,8 @@ impl RedbCatalog {
         for requirement in &requirements {
             requirement.check(Some(planned.metadata()))?;
         }
+        let key = table_key(&ident)?;
+        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let (file_io, first) = (self.file_io.clone(), planned.metadata_ref());
         let at = MetadataLocation::from_str(&first_location)?;
@@ -361,10 +419,11 @@ impl RedbCatalog {
             .collect::<Result<Vec<_>>>()?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
-            key: table_key(&ident)?,
+            key,
             base_location: None,
             new_location,
             namespaces,
+            mark,
             table,
         })
     }
@@ -406,16 +465,19 @@ impl RedbCatalog {
         for requirement in &requirements {
             requirement.check(Some(base.metadata()))?;
         }
+        let key = table_key(ident)?;
+        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
         let (new_location, metadata) = self
             .write_next_metadata(base.metadata(), &base_location, updates)
             .await?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
-            key: table_key(ident)?,
+            key,
             base_location: Some(base_location),
             new_location,
             namespaces: Vec::new(),
+            mark,
             table,
         })
     }
@@ -436,6 +498,7 @@ impl RedbCatalog {
                 new: p.new_location.clone(),
                 table: p.table.identifier().to_string(),
                 namespaces: p.namespaces.clone(),
+                mark: p.mark.clone(),
             })
             .collect();
         self.committer.submit(flips).await?;

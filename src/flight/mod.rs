@@ -1,6 +1,7 @@
 //! The Arrow Flight service: streaming put, read back, and the Flight SQL subset for
 //! ingest and transactions (Lane 2).
 
+mod exactly_once;
 pub mod names;
 mod put;
 mod read;
@@ -266,6 +267,7 @@ impl FlightService for SkadeFlight {
     ) -> Result<Response<Self::DoPutStream>, Status> {
         let permit = self.stream_permit()?;
         let session = sql::session_of(&request);
+        let writer = exactly_once::writer_id(request.metadata()).map_err(|e| self.fail(e))?;
         let mut input = request.into_inner();
         let first = match input.message().await {
             Ok(Some(first)) => first,
@@ -317,7 +319,7 @@ impl FlightService for SkadeFlight {
             async move {
                 let _guard = guard;
                 let _permit = permit;
-                if let Err(e) = put::run(&this.svc, ident, batches, tx.clone()).await {
+                if let Err(e) = put::run(&this.svc, ident, batches, writer, tx.clone()).await {
                     let _ = tx.send(Err(this.fail(e)));
                 }
             }
@@ -338,7 +340,15 @@ impl FlightService for SkadeFlight {
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
         let session = sql::session_of(&request);
-        let stream = sql::do_action(&self.svc, session, request.into_inner())
+        let action = request.into_inner();
+        if action.r#type == exactly_once::WRITER_MARKS_ACTION {
+            let body = exactly_once::writer_marks(&self.svc.catalog, &action.body)
+                .await
+                .map_err(reject)?;
+            let result = arrow_flight::Result { body: body.into() };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
+        }
+        let stream = sql::do_action(&self.svc, session, action)
             .await
             .map_err(|e| self.fail(e))?;
         Ok(Response::new(stream))
@@ -348,7 +358,9 @@ impl FlightService for SkadeFlight {
         &self,
         _request: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
-        let types = sql::action_types().into_iter().map(Ok);
+        let mut types = sql::action_types();
+        types.push(exactly_once::action_type());
+        let types = types.into_iter().map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(types))))
     }
 }

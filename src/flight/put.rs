@@ -13,9 +13,11 @@
 //! `skade.v1.CommitAck`; the stream ends with a final one. A failure ends the stream with
 //! a status; commits already acked stay, and nothing of the rest becomes visible.
 
+use arrow_array::RecordBatch;
 use arrow_flight::PutResult;
-use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::decode::{DecodedPayload, FlightDataDecoder, FlightRecordBatchStream};
 use arrow_flight::error::FlightError;
+use bytes::Bytes;
 use futures::StreamExt;
 use iceberg::{Catalog, TableIdent};
 use prost::Message;
@@ -26,6 +28,7 @@ use tonic::{Code, Status};
 use tracing::{debug, info};
 
 use super::Service;
+use super::exactly_once::{Admit, Sequencer};
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
@@ -38,28 +41,29 @@ use crate::write::{
 /// few dozen bytes, one per commit.
 pub(crate) type AckSender = mpsc::UnboundedSender<Result<PutResult, Status>>;
 
-/// Runs one streaming put to the end: appends every batch of `batches` to `ident`.
+/// Runs one streaming put to the end: appends every batch of `batches` to `ident`. With
+/// `writer` set (the [`super::exactly_once::WRITER_ID_HEADER`] header), the put is exactly-once: see
+/// [`super::exactly_once`].
 ///
 /// # Errors
-/// The first failure: a decode error, a schema mismatch naming the column, a storage or
-/// catalog failure. Commits already acked stay; nothing else of the stream is visible.
+/// The first failure: a decode error, a schema mismatch naming the column, a sequence out
+/// of order, a storage or catalog failure. Commits already acked stay; nothing else of
+/// the stream is visible.
 ///
 /// # Cancel safety
 /// Dropping the future cancels the put as a failure would.
 pub(crate) async fn run(
     svc: &Service,
     ident: TableIdent,
-    mut batches: FlightRecordBatchStream,
+    batches: FlightRecordBatchStream,
+    writer: Option<String>,
     acks: AckSender,
 ) -> Result<IngestStats, Error> {
     let limit = svc.config.max_message_size;
-    let first = batches
-        .next()
-        .await
-        .transpose()
-        .map_err(|e| flight_error(e, limit))?;
-    let schema = match (&first, batches.schema()) {
-        (Some(batch), _) => batch.schema(),
+    let mut data = batches.into_inner();
+    let first = next_batch(&mut data, limit).await?;
+    let schema = match (&first, data.schema()) {
+        (Some((batch, _)), _) => batch.schema(),
         (None, Some(schema)) => schema.clone(),
         (None, None) => {
             return Err(Error::BadRequest {
@@ -67,66 +71,46 @@ pub(crate) async fn run(
             });
         }
     };
-    let table = match svc.catalog.load_table(&ident).await {
-        Ok(table) => table,
-        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
-            // A new table: the whole schema and the first batch are checked before the
-            // namespace or the table exists, so a refused first put leaves nothing.
-            write::check_new_table(&ident.to_string(), &schema, first.as_ref())?;
-            write::ensure_table(svc.catalog.as_ref(), &ident, &schema).await?
+    let table = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
+    let sequencer = match writer {
+        Some(writer) => {
+            let mark = svc
+                .catalog
+                .writer_mark(&writer, &ident)
+                .await
+                .map_err(|e| Error::catalog(&ident, e))?;
+            Some(Sequencer::new(writer, mark))
         }
-        Err(e) => return Err(Error::catalog(&ident, e)),
+        None => None,
     };
+    let start_mark = sequencer.as_ref().and_then(Sequencer::mark);
+    let writer_id = sequencer.as_ref().map(|s| s.writer().to_string());
     let limits = BatchLimits {
         budget: svc.budget.clone(),
         target_file_size_bytes: svc.config.target_file_size,
         commit_interval: Some(svc.config.commit_interval),
     };
-    let mut batcher = Batcher::new(&table, limits)?;
     let depth = svc.config.channel_depth.get();
-    let (mut segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
-    let name = ident.to_string();
-    let read = async move {
-        if let Some(batch) = first {
-            batcher.push(&batch, &mut segments).await?;
-        }
-        let mut stopped = false;
-        loop {
-            let deadline = batcher.deadline();
-            tokio::select! {
-                _ = svc.shutdown.cancelled(), if !stopped => {
-                    stopped = true;
-                    break;
-                }
-                next = batches.next() => match next {
-                    Some(batch) => {
-                        let batch = batch.map_err(|e| flight_error(e, limit))?;
-                        let rows = batcher.push(&batch, &mut segments).await?;
-                        debug!(table = %name, rows, "batch");
-                    }
-                    None => break,
-                },
-                _ = sleep_until(deadline.unwrap_or_else(Deadline::now)), if deadline.is_some() => {
-                    batcher.cut(&mut segments).await?;
-                    let _ = segments.send(Ok(Segment::Commit)).await;
-                }
-            }
-        }
-        batcher.cut(&mut segments).await?;
-        Ok::<bool, Error>(stopped)
-        // `segments` drops here, closing the channel: the pipeline drains and commits
-        // the rest.
+    let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
+    let intake = Intake {
+        name: ident.to_string(),
+        batcher: Batcher::new(&table, limits)?,
+        sequencer,
+        segments,
     };
+    let read = intake.run(svc, data, first, limit);
 
     let props = WriteProps {
         channel_depth: depth,
     };
     let name = ident.to_string();
+    let mut committed_sequence = start_mark.map(|m| m.sequence);
     let mut on_commit = |report: &CommitReport| {
         let seconds = report.duration.as_secs_f64();
         svc.metrics
             .record_commit(LANE_STREAM, &name, &report.committed, seconds);
         let snapshot_id = report.table.metadata().current_snapshot_id().unwrap_or(0);
+        committed_sequence = report.last_sequence.or(committed_sequence);
         info!(
             table = %name,
             snapshot_id,
@@ -136,37 +120,153 @@ pub(crate) async fn run(
             "committed"
         );
         // A client that went away still gets its data committed.
-        let _ = acks.send(Ok(ack(&name, snapshot_id, &report.cumulative, false)));
+        let ack = ack(
+            &name,
+            snapshot_id,
+            &report.cumulative,
+            committed_sequence,
+            false,
+        );
+        let _ = acks.send(Ok(ack));
     };
     let pipeline = async {
-        let result = write::ingest_pipelined_overlap_stream(
+        write::ingest_pipelined_overlap_stream(
             svc.catalog.as_ref(),
             &table,
             ReceiverStream::new(segment_rx),
             svc.config.files_per_commit.get(),
             &props,
+            writer_id.as_deref(),
             &mut on_commit,
         )
-        .await;
-        result.map_err(Error::from)
+        .await
+        .map_err(Error::from)
     };
-    let (stopped, (table, stats)) = tokio::try_join!(read, pipeline)?;
+    let ((stopped, replayed), (table, stats)) = tokio::try_join!(read, pipeline)?;
     if stopped {
         return Err(Error::ShuttingDown {
             committed_rows: stats.rows,
         });
     }
-    // The final ack names this stream's last snapshot (0 when it committed nothing).
-    let last_snapshot = table
-        .metadata()
-        .current_snapshot_id()
-        .filter(|_| stats.commits > 0)
-        .unwrap_or(0);
-    let _ = acks.send(Ok(ack(&name, last_snapshot, &stats, true)));
+    // The final ack names this stream's last snapshot; for a stream that was entirely a
+    // replay, the snapshot that committed it originally; else 0 when nothing committed.
+    let last_snapshot = match (stats.commits, start_mark) {
+        (0, Some(mark)) if replayed > 0 => mark.snapshot_id,
+        (0, _) => 0,
+        _ => table.metadata().current_snapshot_id().unwrap_or(0),
+    };
+    let ack = ack(&name, last_snapshot, &stats, committed_sequence, true);
+    let _ = acks.send(Ok(ack));
     Ok(stats)
 }
 
-fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutResult {
+/// Loads `ident`, or creates it for a stream with `schema` whose first batch is `first`:
+/// the whole schema and the first batch are checked before the namespace or the table
+/// exists, so a refused first put leaves nothing.
+async fn open_table(
+    svc: &Service,
+    ident: &TableIdent,
+    schema: &arrow_schema::Schema,
+    first: Option<&RecordBatch>,
+) -> Result<iceberg::table::Table, Error> {
+    match svc.catalog.load_table(ident).await {
+        Ok(table) => Ok(table),
+        Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
+            write::check_new_table(&ident.to_string(), schema, first)?;
+            Ok(write::ensure_table(svc.catalog.as_ref(), ident, schema).await?)
+        }
+        Err(e) => Err(Error::catalog(ident, e)),
+    }
+}
+
+/// The reading half of a put: batches in (sequence-checked when keyed), files out.
+struct Intake {
+    name: String,
+    batcher: Batcher,
+    sequencer: Option<Sequencer>,
+    segments: mpsc::Sender<Result<Segment, WriteError>>,
+}
+
+impl Intake {
+    /// Reads until the stream ends or the server shuts down, cutting a commit whenever
+    /// the commit deadline passes. Returns whether shutdown stopped it, and the batches
+    /// skipped as replays.
+    async fn run(
+        mut self,
+        svc: &Service,
+        mut data: FlightDataDecoder,
+        first: Option<(RecordBatch, Bytes)>,
+        limit: u64,
+    ) -> Result<(bool, u64), Error> {
+        if let Some((batch, metadata)) = first {
+            self.take(&batch, &metadata).await?;
+        }
+        let mut stopped = false;
+        loop {
+            let deadline = self.batcher.deadline();
+            tokio::select! {
+                _ = svc.shutdown.cancelled(), if !stopped => {
+                    stopped = true;
+                    break;
+                }
+                next = next_batch(&mut data, limit) => match next? {
+                    Some((batch, metadata)) => self.take(&batch, &metadata).await?,
+                    None => break,
+                },
+                _ = sleep_until(deadline.unwrap_or_else(Deadline::now)), if deadline.is_some() => {
+                    self.batcher.cut(&mut self.segments).await?;
+                    let _ = self.segments.send(Ok(Segment::Commit)).await;
+                }
+            }
+        }
+        self.batcher.cut(&mut self.segments).await?;
+        let replayed = self.sequencer.map_or(0, |s| s.replayed);
+        Ok((stopped, replayed))
+        // `segments` drops here, closing the channel: the pipeline drains and commits
+        // the rest.
+    }
+
+    async fn take(&mut self, batch: &RecordBatch, metadata: &[u8]) -> Result<(), Error> {
+        let sequence = match &mut self.sequencer {
+            None => None,
+            Some(sequencer) => match sequencer.admit(metadata)? {
+                Admit::Take(sequence) => Some(sequence),
+                Admit::Replay => {
+                    debug!(table = %self.name, writer = sequencer.writer(), "replayed batch skipped");
+                    return Ok(());
+                }
+            },
+        };
+        let rows = self
+            .batcher
+            .push_sequenced(batch, sequence, &mut self.segments)
+            .await?;
+        debug!(table = %self.name, rows, "batch");
+        Ok(())
+    }
+}
+
+/// The next record batch of the stream and its `app_metadata`; `None` at the end.
+async fn next_batch(
+    data: &mut FlightDataDecoder,
+    limit: u64,
+) -> Result<Option<(RecordBatch, Bytes)>, Error> {
+    while let Some(item) = data.next().await {
+        let item = item.map_err(|e| flight_error(e, limit))?;
+        if let DecodedPayload::RecordBatch(batch) = item.payload {
+            return Ok(Some((batch, item.inner.app_metadata)));
+        }
+    }
+    Ok(None)
+}
+
+fn ack(
+    table: &str,
+    snapshot_id: i64,
+    stats: &IngestStats,
+    committed_sequence: Option<u64>,
+    last: bool,
+) -> PutResult {
     let ack = CommitAck {
         table: table.to_string(),
         snapshot_id,
@@ -174,6 +274,7 @@ fn ack(table: &str, snapshot_id: i64, stats: &IngestStats, last: bool) -> PutRes
         committed_data_files: stats.files,
         commits: stats.commits,
         r#final: last,
+        committed_sequence: committed_sequence.unwrap_or(0),
     };
     PutResult {
         app_metadata: ack.encode_to_vec().into(),

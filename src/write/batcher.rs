@@ -37,6 +37,9 @@ pub struct FullFile {
     pub encoder: Box<FileEncoder>,
     /// The Arrow bytes of its rows, held against the memory budget.
     pub reservation: Reservation,
+    /// The first and last producer sequence of the batches in the file (exactly-once),
+    /// `None` for batches without one.
+    pub sequences: Option<(u64, u64)>,
 }
 
 /// Where a [`Batcher`] hands its full files, in order.
@@ -77,6 +80,8 @@ pub struct Batcher {
     file_bytes: u64,
     reservation: Reservation,
     deadline: Option<Instant>,
+    /// Producer sequences taken since the last file was handed on.
+    sequences: Option<(u64, u64)>,
 }
 
 impl Batcher {
@@ -97,6 +102,7 @@ impl Batcher {
             file_bytes: 0,
             reservation: Reservation::empty(),
             deadline: None,
+            sequences: None,
         })
     }
 
@@ -116,7 +122,27 @@ impl Batcher {
         batch: &RecordBatch,
         sink: &mut impl FileSink,
     ) -> Result<u64, WriteError> {
+        self.push_sequenced(batch, None, sink).await
+    }
+
+    /// [`Self::push`] for a batch the producer numbered `sequence` (exactly-once): the
+    /// file that holds it carries the sequence range to its commit.
+    ///
+    /// # Errors
+    /// As [`Self::push`].
+    pub async fn push_sequenced(
+        &mut self,
+        batch: &RecordBatch,
+        sequence: Option<u64>,
+        sink: &mut impl FileSink,
+    ) -> Result<u64, WriteError> {
         let batch = conform_batch_with(&self.table_name, batch, &self.arrow, self.conform)?;
+        if let Some(sequence) = sequence {
+            self.sequences = Some(match self.sequences {
+                Some((first, _)) => (first, sequence),
+                None => (sequence, sequence),
+            });
+        }
         let rows = batch.num_rows() as u64;
         if rows == 0 {
             return Ok(0);
@@ -177,6 +203,7 @@ impl Batcher {
         sink.accept(FullFile {
             encoder: Box::new(encoder),
             reservation,
+            sequences: self.sequences.take(),
         })
         .await
     }

@@ -209,12 +209,31 @@ pub async fn commit_files(
     table: &Table,
     data_files: Vec<DataFile>,
 ) -> Result<Table, WriteError> {
+    commit_files_with(catalog, table, data_files, HashMap::new()).await
+}
+
+/// [`commit_files`] with extra snapshot summary `properties` (e.g. a producer's writer
+/// id and sequence range, `catalog::marks`).
+///
+/// # Errors
+/// As [`commit_files`]; `PreconditionFailed` when the summary's writer already committed
+/// a sequence of this range.
+///
+/// # Cancel safety
+/// As [`commit_files`].
+pub async fn commit_files_with(
+    catalog: &dyn Catalog,
+    table: &Table,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<Table, WriteError> {
     let lock = table_commit_lock(table.metadata().uuid());
     let _turn = lock.lock().await;
     let tx = Transaction::new(table);
     let tx = tx
         .fast_append()
         .with_check_duplicate(false)
+        .set_snapshot_properties(properties)
         .add_data_files(data_files)
         .apply(tx)
         .map_err(|e| WriteError::catalog(table.identifier(), e))?;

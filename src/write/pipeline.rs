@@ -14,6 +14,7 @@
 //! ends the pipeline at its next await, and an un-committed redb transaction rolls back,
 //! so no partial snapshot is ever visible.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
@@ -26,8 +27,11 @@ use tokio::sync::mpsc;
 use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
-use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
+use super::ingest::{
+    FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
+};
 use super::parallel::FileEncoder;
+use crate::catalog::marks;
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
@@ -70,6 +74,7 @@ impl FileSink for StageFiles<'_> {
         let FullFile {
             encoder,
             reservation,
+            ..
         } = file;
         if let Some(encoded) = finish(self.table, *encoder).await? {
             let path = self.names.next_path(self.table);
@@ -90,6 +95,9 @@ pub struct CommitReport {
     pub committed: IngestStats,
     /// Everything this ingest made visible so far.
     pub cumulative: IngestStats,
+    /// The highest producer sequence this ingest has committed so far (exactly-once);
+    /// `None` without a writer id.
+    pub last_sequence: Option<u64>,
     /// Wall time of the catalog commit.
     pub duration: Duration,
 }
@@ -157,6 +165,7 @@ pub async fn ingest_pipelined_overlap(
         segments,
         files_per_commit,
         props,
+        None,
         &mut |_| {},
     )
     .await
@@ -167,6 +176,9 @@ pub async fn ingest_pipelined_overlap(
 /// `props.channel_depth` files at once) and written as it arrives; the committer, beside
 /// the writer, commits every `files_per_commit` files and at each [`Segment::Commit`],
 /// calling `on_commit` after each commit, and commits the rest when the stream ends.
+/// With `writer_id` set (exactly-once), each snapshot's summary names the writer and the
+/// sequence range of the files it commits, and the catalog advances the writer's
+/// high-water mark in the same redb transaction (`catalog::marks`).
 ///
 /// # Errors
 /// The first error of the input stream, an encode, a write or a commit. Commits already
@@ -181,14 +193,33 @@ pub async fn ingest_pipelined_overlap_stream(
     segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
     props: &WriteProps,
+    writer_id: Option<&str>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
-    overlap(catalog, table, segments, files_per_commit, props, on_commit).await
+    overlap(
+        catalog,
+        table,
+        segments,
+        files_per_commit,
+        props,
+        writer_id,
+        on_commit,
+    )
+    .await
+}
+
+/// The smallest range holding both.
+fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    match (a, b) {
+        (Some((f1, l1)), Some((f2, l2))) => Some((f1.min(f2), l1.max(l2))),
+        (one, None) | (None, one) => one,
+    }
 }
 
 /// What the writer hands the committer, in submission order.
 enum Written {
-    File(Box<DataFile>),
+    /// A written file and the producer sequences it holds.
+    File(Box<DataFile>, Option<(u64, u64)>),
     Commit,
 }
 
@@ -198,6 +229,7 @@ async fn overlap(
     input: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
     props: &WriteProps,
+    writer_id: Option<&str>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let depth = props.channel_depth.max(1);
@@ -232,12 +264,15 @@ async fn overlap(
         let mut table = table.clone();
         let mut stats = IngestStats::default();
         let mut pending: Vec<DataFile> = Vec::new();
+        let mut pending_sequences: Option<(u64, u64)> = None;
+        let mut last_sequence: Option<u64> = None;
         loop {
             let item = rx.recv().await;
             let done = item.is_none();
             let commit_now = match item {
-                Some(Written::File(file)) => {
+                Some(Written::File(file, sequences)) => {
                     pending.push(*file);
+                    pending_sequences = widen(pending_sequences, sequences);
                     pending.len() >= files_per_commit
                 }
                 Some(Written::Commit) | None => true,
@@ -247,7 +282,14 @@ async fn overlap(
                 let mut committed = IngestStats::default();
                 committed.add_commit(&files);
                 let started = Instant::now();
-                table = commit_files(catalog, &table, files).await?;
+                let properties = match (writer_id, pending_sequences.take()) {
+                    (Some(writer), Some((first, last))) => {
+                        last_sequence = Some(last);
+                        marks::summary(writer, first, last)
+                    }
+                    _ => HashMap::new(),
+                };
+                table = commit_files_with(catalog, &table, files, properties).await?;
                 stats.rows += committed.rows;
                 stats.files += committed.files;
                 stats.bytes += committed.bytes;
@@ -256,6 +298,7 @@ async fn overlap(
                     table: table.clone(),
                     committed,
                     cumulative: stats,
+                    last_sequence,
                     duration: started.elapsed(),
                 });
             }
@@ -296,18 +339,30 @@ async fn prepare(
     item: Segment,
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
-    let (encoded, _reservation) = match item {
+    let encoded = match item {
         Segment::Commit => return Ok(Some(Written::Commit)),
-        Segment::Encoded(file) => (Some(*file), None),
+        Segment::Encoded(file) => Some(*file),
         Segment::File(FullFile {
             encoder,
             reservation,
-        }) => (finish(table, *encoder).await?, Some(reservation)),
+            sequences,
+        }) => {
+            let encoded = finish(table, *encoder).await?;
+            return match (encoded, path) {
+                (Some(file), Some(path)) => {
+                    let data_file = write_file(table, path, file).await?;
+                    drop(reservation);
+                    Ok(Some(Written::File(Box::new(data_file), sequences)))
+                }
+                _ => Ok(None),
+            };
+        }
     };
     match (encoded, path) {
-        (Some(file), Some(path)) => Ok(Some(Written::File(Box::new(
-            write_file(table, path, file).await?,
-        )))),
+        (Some(file), Some(path)) => Ok(Some(Written::File(
+            Box::new(write_file(table, path, file).await?),
+            None,
+        ))),
         _ => Ok(None),
     }
 }

@@ -1,0 +1,214 @@
+//! Exactly-once on the streaming put: a producer names itself with the
+//! [`WRITER_ID_HEADER`] header and numbers each batch in its `FlightData.app_metadata`
+//! (a decimal `u64`, as pyarrow's `write_with_metadata` sends it). Batches at or below
+//! the writer's committed high-water mark in the table are replays and are skipped; the
+//! rest must be consecutive. Each commit carries the writer id and sequence range in its
+//! snapshot summary, and the catalog advances the mark in the same redb transaction
+//! (`catalog::marks`), so a producer that retries after any failure lands every batch
+//! exactly once.
+
+use std::str;
+
+use tonic::metadata::MetadataMap;
+
+use crate::catalog::marks::{MAX_WRITER_ID_BYTES, WriterMark};
+use crate::error::Error;
+
+/// The gRPC header that names a producer (any string of at most
+/// [`MAX_WRITER_ID_BYTES`] bytes).
+pub(crate) const WRITER_ID_HEADER: &str = "x-skade-writer-id";
+
+/// The writer id a request names, if any.
+///
+/// # Errors
+/// [`Error::BadRequest`] for a header that is not text, empty, or longer than
+/// [`MAX_WRITER_ID_BYTES`].
+pub(crate) fn writer_id(headers: &MetadataMap) -> Result<Option<String>, Error> {
+    let Some(value) = headers.get(WRITER_ID_HEADER) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| Error::BadRequest {
+        reason: format!("the {WRITER_ID_HEADER} header {why}"),
+    };
+    let text = value.to_str().map_err(|_| bad("is not ASCII text"))?;
+    if text.is_empty() {
+        return Err(bad("is empty"));
+    }
+    if text.len() > MAX_WRITER_ID_BYTES {
+        return Err(bad(&format!(
+            "is {} bytes long; at most {MAX_WRITER_ID_BYTES} are allowed",
+            text.len()
+        )));
+    }
+    Ok(Some(text.to_string()))
+}
+
+/// What to do with one batch of a keyed stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// A new batch: take it, numbered this.
+    Take(u64),
+    /// At or below the committed high-water mark: already landed, skip it.
+    Replay,
+}
+
+/// The sequence check of one keyed stream into one table.
+#[derive(Debug)]
+pub(crate) struct Sequencer {
+    writer: String,
+    /// The writer's committed mark in the table when the stream started.
+    mark: Option<WriterMark>,
+    /// The sequence the next batch must carry; `None` before the first batch.
+    expected: Option<u64>,
+    /// Batches skipped as replays.
+    pub(crate) replayed: u64,
+}
+
+impl Sequencer {
+    /// A check for `writer`, whose committed mark in the table is `mark`.
+    pub(crate) fn new(writer: String, mark: Option<WriterMark>) -> Self {
+        Self {
+            writer,
+            mark,
+            expected: None,
+            replayed: 0,
+        }
+    }
+
+    /// The writer id.
+    pub(crate) fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    /// The writer's committed mark in the table when the stream started.
+    pub(crate) fn mark(&self) -> Option<WriterMark> {
+        self.mark
+    }
+
+    /// Decides on the batch whose `app_metadata` is `metadata`.
+    ///
+    /// # Errors
+    /// [`Error::BadRequest`] when the metadata is not a decimal `u64`;
+    /// [`Error::SequenceOutOfOrder`] when the sequence is not the next one: after the
+    /// first batch each must be the previous + 1, and the first may not skip past the
+    /// mark + 1.
+    pub(crate) fn admit(&mut self, metadata: &[u8]) -> Result<Admit, Error> {
+        let sequence = str::from_utf8(metadata)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .ok_or_else(|| Error::BadRequest {
+                reason: format!(
+                    "a put with the {WRITER_ID_HEADER} header numbers every batch: send its \
+                     sequence as the batch's app_metadata, a decimal u64 (got {} bytes)",
+                    metadata.len()
+                ),
+            })?;
+        let committed = self.mark.map(|m| m.sequence);
+        let expected = match (self.expected, committed) {
+            (Some(expected), _) => Some(expected),
+            (None, Some(committed)) if sequence > committed => committed.checked_add(1),
+            (None, _) => None,
+        };
+        if let Some(expected) = expected
+            && sequence != expected
+        {
+            return Err(Error::SequenceOutOfOrder {
+                writer: self.writer.clone(),
+                expected,
+                got: sequence,
+            });
+        }
+        self.expected = sequence.checked_add(1);
+        if committed.is_some_and(|committed| sequence <= committed) {
+            self.replayed += 1;
+            return Ok(Admit::Replay);
+        }
+        Ok(Admit::Take(sequence))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(sequence: u64) -> Option<WriterMark> {
+        Some(WriterMark {
+            sequence,
+            snapshot_id: 7,
+            committed_at_ms: 0,
+        })
+    }
+
+    /// Replays below the mark are skipped, the next ones taken; gaps and steps back are
+    /// refused naming the expected sequence.
+    #[test]
+    fn replays_skip_and_gaps_fail() {
+        let mut s = Sequencer::new("w".into(), mark(5));
+        assert_eq!(s.admit(b"4").unwrap(), Admit::Replay);
+        assert_eq!(s.admit(b"5").unwrap(), Admit::Replay);
+        assert_eq!(s.admit(b"6").unwrap(), Admit::Take(6));
+        let err = s.admit(b"8").unwrap_err();
+        assert!(err.to_string().contains("expected 7"), "{err}");
+        let mut s = Sequencer::new("w".into(), mark(5));
+        let err = s.admit(b"7").unwrap_err();
+        assert!(err.to_string().contains("expected 6"), "{err}");
+        let mut fresh = Sequencer::new("w".into(), None);
+        assert_eq!(fresh.admit(b"100").unwrap(), Admit::Take(100));
+        assert!(fresh.admit(b"100").is_err());
+        assert!(fresh.admit(b"").is_err());
+    }
+}
+
+/// The action that returns a writer's committed high-water marks (body: the writer id
+/// as text; result: one `skade.v1.WriterMarks`).
+pub(crate) const WRITER_MARKS_ACTION: &str = "skade.v1.WriterMarks";
+
+/// The [`WRITER_MARKS_ACTION`] entry of `ListActions`.
+pub(crate) fn action_type() -> arrow_flight::ActionType {
+    arrow_flight::ActionType {
+        r#type: WRITER_MARKS_ACTION.to_string(),
+        description: "A writer's committed high-water mark in every table it wrote to, so a \
+                      restarted producer knows where to resume. Request: the writer id \
+                      (UTF-8); result: skade.v1.WriterMarks"
+            .to_string(),
+    }
+}
+
+/// Answers [`WRITER_MARKS_ACTION`]: the encoded `skade.v1.WriterMarks` of the writer
+/// named by `body`.
+///
+/// # Errors
+/// [`Error::BadRequest`] for a body that is not a valid writer id; [`Error::Catalog`]
+/// when the catalog cannot be read.
+pub(crate) async fn writer_marks(
+    catalog: &crate::catalog::RedbCatalog,
+    body: &[u8],
+) -> Result<Vec<u8>, Error> {
+    use prost::Message;
+    let writer = str::from_utf8(body)
+        .ok()
+        .filter(|w| !w.is_empty() && w.len() <= MAX_WRITER_ID_BYTES)
+        .ok_or_else(|| Error::BadRequest {
+            reason: format!(
+                "the {WRITER_MARKS_ACTION} action's body is the writer id: UTF-8, 1 to \
+                 {MAX_WRITER_ID_BYTES} bytes"
+            ),
+        })?;
+    let marks = catalog
+        .writer_marks(writer)
+        .await
+        .map_err(|e| Error::catalog(&writer, e))?;
+    let reply = crate::proto::WriterMarks {
+        writer_id: writer.to_string(),
+        marks: marks
+            .into_iter()
+            .map(|(ident, mark)| crate::proto::WriterMark {
+                table: super::names::path_of(&ident).join("."),
+                sequence: mark.sequence,
+                snapshot_id: mark.snapshot_id,
+                committed_at_ms: mark.committed_at_ms,
+            })
+            .collect(),
+    };
+    Ok(reply.encode_to_vec())
+}
