@@ -160,7 +160,7 @@ mod tests {
 }
 
 /// The action that returns a writer's committed high-water marks (body: the writer id
-/// as text; result: one `skade.v1.WriterMarks`).
+/// as text; result: one JSON object, see [`writer_marks`]).
 pub(crate) const WRITER_MARKS_ACTION: &str = "skade.v1.WriterMarks";
 
 /// The [`WRITER_MARKS_ACTION`] entry of `ListActions`.
@@ -169,13 +169,17 @@ pub(crate) fn action_type() -> arrow_flight::ActionType {
         r#type: WRITER_MARKS_ACTION.to_string(),
         description: "A writer's committed high-water mark in every table it wrote to, so a \
                       restarted producer knows where to resume. Request: the writer id \
-                      (UTF-8); result: skade.v1.WriterMarks"
+                      (UTF-8); result: JSON {\"writer_id\", \"marks\": [{\"table\", \
+                      \"sequence\", \"snapshot_id\" (a string), \"committed_at_ms\"}]}"
             .to_string(),
     }
 }
 
-/// Answers [`WRITER_MARKS_ACTION`]: the encoded `skade.v1.WriterMarks` of the writer
-/// named by `body`.
+/// Answers [`WRITER_MARKS_ACTION`] for the writer named by `body`: UTF-8 JSON
+/// `{"writer_id": "...", "marks": [{"table": "ns.t", "sequence": 42, "snapshot_id":
+/// "7651916352768405764", "committed_at_ms": 1764550000000}]}`, tables in name order.
+/// JSON so any Flight client reads it without generated code; snapshot ids are strings
+/// because they exceed 2^53.
 ///
 /// # Errors
 /// [`Error::BadRequest`] for a body that is not a valid writer id; [`Error::Catalog`]
@@ -184,7 +188,6 @@ pub(crate) async fn writer_marks(
     catalog: &crate::catalog::RedbCatalog,
     body: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    use prost::Message;
     let writer = str::from_utf8(body)
         .ok()
         .filter(|w| !w.is_empty() && w.len() <= MAX_WRITER_ID_BYTES)
@@ -198,17 +201,17 @@ pub(crate) async fn writer_marks(
         .writer_marks(writer)
         .await
         .map_err(|e| Error::catalog(&writer, e))?;
-    let reply = crate::proto::WriterMarks {
-        writer_id: writer.to_string(),
-        marks: marks
-            .into_iter()
-            .map(|(ident, mark)| crate::proto::WriterMark {
-                table: super::names::path_of(&ident).join("."),
-                sequence: mark.sequence,
-                snapshot_id: mark.snapshot_id,
-                committed_at_ms: mark.committed_at_ms,
+    let marks: Vec<serde_json::Value> = marks
+        .into_iter()
+        .map(|(ident, mark)| {
+            serde_json::json!({
+                "table": super::names::path_of(&ident).join("."),
+                "sequence": mark.sequence,
+                "snapshot_id": mark.snapshot_id.to_string(),
+                "committed_at_ms": mark.committed_at_ms,
             })
-            .collect(),
-    };
-    Ok(reply.encode_to_vec())
+        })
+        .collect();
+    let reply = serde_json::json!({ "writer_id": writer, "marks": marks });
+    Ok(reply.to_string().into_bytes())
 }
