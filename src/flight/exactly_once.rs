@@ -215,3 +215,41 @@ pub(crate) async fn writer_marks(
     let reply = serde_json::json!({ "writer_id": writer, "marks": marks });
     Ok(reply.to_string().into_bytes())
 }
+
+/// The gRPC header that numbers a Flight SQL transaction (or autocommit ingest) of the
+/// writer named by [`WRITER_ID_HEADER`]: a decimal `u64`, higher than every sequence the
+/// writer committed before. With the ADBC driver, set both as connection options
+/// `adbc.flight.sql.rpc.call_header.<name>`.
+pub(crate) const SEQUENCE_HEADER: &str = "x-skade-sequence";
+
+/// The exactly-once key of a Flight SQL commit: the writer and the transaction's
+/// sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TxnKey {
+    /// The writer id ([`WRITER_ID_HEADER`]).
+    pub(crate) writer: String,
+    /// The transaction's sequence ([`SEQUENCE_HEADER`]).
+    pub(crate) sequence: u64,
+}
+
+/// The key a Flight SQL call names, if any.
+///
+/// # Errors
+/// [`Error::BadRequest`] for a bad writer id, or a writer id without a valid
+/// [`SEQUENCE_HEADER`].
+pub(crate) fn txn_key(headers: &MetadataMap) -> Result<Option<TxnKey>, Error> {
+    let Some(writer) = writer_id(headers)? else {
+        return Ok(None);
+    };
+    let sequence = headers
+        .get(SEQUENCE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| Error::BadRequest {
+            reason: format!(
+                "a Flight SQL call with the {WRITER_ID_HEADER} header numbers its transaction \
+                 with the {SEQUENCE_HEADER} header: a decimal u64"
+            ),
+        })?;
+    Ok(Some(TxnKey { writer, sequence }))
+}

@@ -268,6 +268,8 @@ impl FlightService for SkadeFlight {
         let permit = self.stream_permit()?;
         let session = sql::session_of(&request);
         let writer = exactly_once::writer_id(request.metadata()).map_err(|e| self.fail(e))?;
+        // A Flight SQL ingest's key (writer + sequence headers); checked only on that lane.
+        let key = exactly_once::txn_key(request.metadata());
         let mut input = request.into_inner();
         let first = match input.message().await {
             Ok(Some(first)) => first,
@@ -305,7 +307,8 @@ impl FlightService for SkadeFlight {
                     ),
                 }));
             };
-            let result = sql::do_put(self.svc.clone(), session, cmd, batches, permit)
+            let key = key.map_err(|e| self.fail(e))?;
+            let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, permit)
                 .await
                 .map_err(|e| self.fail(e))?;
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
@@ -340,7 +343,14 @@ impl FlightService for SkadeFlight {
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
         let session = sql::session_of(&request);
+        let headers = request.metadata().clone();
         let action = request.into_inner();
+        // Only a COMMIT is keyed (exactly-once); other actions ignore the headers.
+        let key = if action.r#type == sql::END_TRANSACTION {
+            exactly_once::txn_key(&headers).map_err(|e| self.fail(e))?
+        } else {
+            None
+        };
         if action.r#type == exactly_once::WRITER_MARKS_ACTION {
             let body = exactly_once::writer_marks(&self.svc.catalog, &action.body)
                 .await
@@ -348,7 +358,7 @@ impl FlightService for SkadeFlight {
             let result = arrow_flight::Result { body: body.into() };
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
         }
-        let stream = sql::do_action(&self.svc, session, action)
+        let stream = sql::do_action(&self.svc, session, key, action)
             .await
             .map_err(|e| self.fail(e))?;
         Ok(Response::new(stream))

@@ -30,6 +30,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tonic::{Request, Status};
 use tracing::{Instrument, Span, debug, info};
 
+use super::exactly_once::TxnKey;
 use super::names;
 use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
 use super::{Service, read::DataStream};
@@ -215,6 +216,7 @@ pub(crate) fn action_types() -> Vec<ActionType> {
 pub(crate) async fn do_action(
     svc: &Service,
     session: Option<SessionKey>,
+    key: Option<TxnKey>,
     action: Action,
 ) -> Result<BoxStream<ActionResult>, Error> {
     let result = |body: Vec<u8>| -> BoxStream<ActionResult> {
@@ -242,7 +244,7 @@ pub(crate) async fn do_action(
             match EndTransaction::try_from(request.action) {
                 Ok(EndTransaction::Commit) => {
                     svc.transactions
-                        .commit(svc, &request.transaction_id)
+                        .commit(svc, &request.transaction_id, key.as_ref())
                         .await?;
                 }
                 Ok(EndTransaction::Rollback) => {
@@ -372,6 +374,7 @@ pub(crate) async fn do_put(
     session: Option<SessionKey>,
     cmd: CommandStatementIngest,
     batches: FlightRecordBatchStream,
+    key: Option<TxnKey>,
     permit: OwnedSemaphorePermit,
 ) -> Result<PutResult, Error> {
     // The task, not this handler, holds the stream's `--max-streams` permit: a client that
@@ -380,7 +383,7 @@ pub(crate) async fn do_put(
     let task = tracker.spawn(
         async move {
             let _permit = permit;
-            ingest(&svc, session, cmd, batches).await
+            ingest(&svc, session, cmd, batches, key.as_ref()).await
         }
         .instrument(Span::current()),
     );
@@ -401,6 +404,7 @@ async fn ingest(
     session: Option<SessionKey>,
     cmd: CommandStatementIngest,
     batches: FlightRecordBatchStream,
+    key: Option<&TxnKey>,
 ) -> Result<u64, Error> {
     let (ident, definition) = ingest_target(&cmd)?;
     auth::record("table", &ident);
@@ -445,7 +449,7 @@ async fn ingest(
                     return Err(e);
                 }
             };
-            state.commit(svc, LANE_STREAM).await?;
+            state.commit(svc, LANE_STREAM, key).await?;
             Ok(rows)
         }
     }

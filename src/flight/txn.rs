@@ -25,6 +25,8 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::Service;
+use super::exactly_once::TxnKey;
+use crate::catalog::marks;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
 use crate::write::{self, FileNames, IngestStats, StagedTable};
@@ -132,18 +134,52 @@ impl TxnState {
         }
     }
 
+    /// Whether every staged table with files already holds `key`'s sequence.
+    async fn is_replay(&self, svc: &Service, key: &TxnKey) -> Result<bool, Error> {
+        let mut any = false;
+        for staged in self.tables.iter().filter(|s| !s.files.is_empty()) {
+            let ident = staged.table.identifier();
+            let mark = svc
+                .catalog
+                .writer_mark(&key.writer, ident)
+                .await
+                .map_err(|e| Error::catalog(ident, e))?;
+            if !mark.is_some_and(|m| m.sequence >= key.sequence) {
+                return Ok(false);
+            }
+            any = true;
+        }
+        Ok(any)
+    }
+
     /// Commits every staged table in ONE redb write transaction and records the commit
     /// on `lane`. A failed commit deletes the staged files when the catalog says nothing
     /// was committed (a conflict, a table created meanwhile, a rejected update).
+    ///
+    /// With `key` (exactly-once), a commit whose every table already holds the writer's
+    /// sequence is a replay: it writes nothing, deletes the staged files and succeeds.
+    /// Otherwise every new snapshot names the writer and sequence, and the catalog
+    /// advances the writer's mark of each table in the same redb transaction (refusing
+    /// the commit, `FailedPrecondition`, if a table already holds the sequence).
     pub(crate) async fn commit(
         &mut self,
         svc: &Service,
         lane: &str,
+        key: Option<&TxnKey>,
     ) -> Result<(Vec<Table>, IngestStats), Error> {
         if let Some(reason) = &self.failure {
             return Err(Error::TransactionAborted {
                 reason: reason.clone(),
             });
+        }
+        let mut properties = std::collections::HashMap::new();
+        if let Some(key) = key {
+            if self.is_replay(svc, key).await? {
+                info!(writer = %key.writer, sequence = key.sequence, "replayed commit skipped");
+                self.discard().await;
+                return Ok((Vec::new(), IngestStats::default()));
+            }
+            properties = marks::summary(&key.writer, key.sequence, key.sequence);
         }
         let staged: Vec<StagedTable> = self
             .tables
@@ -155,7 +191,9 @@ impl TxnState {
             })
             .collect();
         let started = Instant::now();
-        match write::commit_staged(&svc.catalog, staged, write::COMMIT_RETRIES).await {
+        match write::commit_staged_with(&svc.catalog, staged, write::COMMIT_RETRIES, properties)
+            .await
+        {
             Ok((tables, stats)) => {
                 let seconds = started.elapsed().as_secs_f64();
                 if stats.commits > 0 {
@@ -375,13 +413,18 @@ impl Transactions {
     /// [`Error::TransactionAborted`] when an ingest of it failed; the commit's error (e.g.
     /// `Aborted` for a conflict that outlasted the re-stages). The transaction is over
     /// either way, and nothing of a failed one is visible.
-    pub(crate) async fn commit(&self, svc: &Service, id: &[u8]) -> Result<IngestStats, Error> {
+    pub(crate) async fn commit(
+        &self,
+        svc: &Service,
+        id: &[u8],
+        key: Option<&TxnKey>,
+    ) -> Result<IngestStats, Error> {
         let uuid = Uuid::from_slice(id).map_err(|_| Error::NoTransaction {
             id: format!("{id:02x?}"),
         })?;
         let txn = self.take(uuid)?;
         let mut state = txn.state.lock().await;
-        match state.commit(svc, metrics::LANE_MULTI).await {
+        match state.commit(svc, metrics::LANE_MULTI, key).await {
             Ok((_, stats)) => {
                 self.finish(&txn, Outcome::Committed);
                 Ok(stats)

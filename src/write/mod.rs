@@ -50,7 +50,10 @@ pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
     write_file, write_files,
 };
-pub use multi::{COMMIT_RETRIES, StagedTable, commit_staged, encode_and_write_files, ingest_multi};
+pub use multi::{
+    COMMIT_RETRIES, StagedTable, commit_staged, commit_staged_with, encode_and_write_files,
+    ingest_multi,
+};
 pub use pipeline::{
     CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
     ingest_pipelined_overlap, ingest_pipelined_overlap_stream,
@@ -59,7 +62,7 @@ pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,
     table_arrow_schema,
 };
-pub use stage::stage_fast_append;
+pub use stage::{stage_fast_append, stage_fast_append_with};
 
 /// What can go wrong on the write path. Each variant names the table it concerns.
 #[derive(Debug, thiserror::Error)]

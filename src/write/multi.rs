@@ -6,7 +6,7 @@
 //! [`RedbCatalog::atomic_release`] — one redb write transaction, one fsync, every table
 //! advanced by exactly one snapshot or none. [`ingest_multi`] puts the two together.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
@@ -20,7 +20,7 @@ use super::conform::ConformOptions;
 use super::encode::WriteProps;
 use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
 use super::schema::{conform_batch_with, table_arrow_schema};
-use super::stage::stage_fast_append;
+use super::stage::stage_fast_append_with;
 use crate::catalog::{RedbCatalog, Release, run_blocking_io};
 
 /// Times a multi-table commit is re-staged on the tables' new state after a conflicting
@@ -113,6 +113,27 @@ pub async fn commit_staged(
     staged: Vec<StagedTable>,
     retries: u32,
 ) -> Result<(Vec<Table>, IngestStats), WriteError> {
+    commit_staged_with(catalog, staged, retries, HashMap::new()).await
+}
+
+/// [`commit_staged`] whose every new snapshot's summary also carries `properties` (a
+/// Flight SQL transaction's writer id and sequence: the catalog then advances that
+/// writer's high-water mark of every table in the same redb transaction,
+/// `catalog::marks`).
+///
+/// # Errors
+/// As [`commit_staged`]; `PreconditionFailed` (not retryable, nothing committed) when the
+/// writer already committed that sequence to one of the tables.
+///
+/// # Cancel safety
+/// As [`commit_staged`].
+pub async fn commit_staged_with(
+    catalog: &RedbCatalog,
+    staged: Vec<StagedTable>,
+    retries: u32,
+    properties: HashMap<String, String>,
+) -> Result<(Vec<Table>, IngestStats), WriteError> {
+    let properties = &properties;
     reject_repeats(staged.iter().map(|s| &s.table))?;
     let mut stats = IngestStats::default();
     let live: Vec<usize> = (0..staged.len())
@@ -167,9 +188,12 @@ pub async fn commit_staged(
                 (Vec::new(), Vec::new())
             } else {
                 let (table, files) = (base.clone(), part.data_files.clone());
-                run_blocking_io(async move { stage_fast_append(&table, files).await })
-                    .await
-                    .map_err(|e| WriteError::catalog(base.identifier(), e))?
+                let properties = properties.clone();
+                run_blocking_io(
+                    async move { stage_fast_append_with(&table, files, properties).await },
+                )
+                .await
+                .map_err(|e| WriteError::catalog(base.identifier(), e))?
             };
             Ok::<_, WriteError>(if part.create {
                 Release::Create {

@@ -31,6 +31,19 @@ pub async fn stage_fast_append(
     table: &Table,
     data_files: Vec<DataFile>,
 ) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    stage_fast_append_with(table, data_files, HashMap::new()).await
+}
+
+/// [`stage_fast_append`] whose snapshot summary also carries `properties` (e.g. a
+/// producer's writer id and sequence, `catalog::marks`).
+///
+/// # Errors
+/// As [`stage_fast_append`].
+pub async fn stage_fast_append_with(
+    table: &Table,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
     let staging = StagingCatalog {
         base: table.clone(),
         captured: Mutex::new(None),
@@ -39,6 +52,7 @@ pub async fn stage_fast_append(
     let tx = tx
         .fast_append()
         .with_check_duplicate(false)
+        .set_snapshot_properties(properties)
         .add_data_files(data_files)
         .apply(tx)?;
     tx.commit(&staging).await?;

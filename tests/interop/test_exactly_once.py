@@ -133,3 +133,43 @@ def test_the_readme_producer_lands_every_row_once_across_a_server_kill(tmp_path,
         assert sorted(ids) == list(range(BATCHES * ROWS)), "a row is missing or doubled"
     finally:
         server.stop()
+
+
+def test_an_adbc_transaction_retried_with_its_key_lands_once(skade_server):
+    """Catches a retried ADBC COMMIT (same writer id and sequence, new connection, as after
+    a lost answer) adding its tables' rows a second time."""
+    import adbc_driver_flightsql.dbapi as flightsql
+
+    header = "adbc.flight.sql.rpc.call_header."
+    catalog = load_catalog("eo", type="rest", uri=skade_server.metrics_url)
+    orders = pa.table({"id": list(range(10))})
+    lines = pa.table({"id": list(range(25))})
+
+    def transaction(sequence: int) -> None:
+        conn = flightsql.connect(
+            skade_server.flight_uri,
+            db_kwargs={header + "x-skade-writer-id": "adbc-loader"},
+            autocommit=False,
+        )
+        try:
+            conn.adbc_connection.set_options(**{header + "x-skade-sequence": str(sequence)})
+            with conn.cursor() as cur:
+                cur.adbc_ingest("orders", orders, mode="create_append", db_schema_name="eo_adbc")
+                cur.adbc_ingest("lines", lines, mode="create_append", db_schema_name="eo_adbc")
+            conn.commit()
+        finally:
+            conn.close()
+
+    def rows(name: str) -> int:
+        return catalog.load_table(f"eo_adbc.{name}").scan().to_arrow().num_rows
+
+    transaction(1)
+    snapshots = len(catalog.load_table("eo_adbc.orders").metadata.snapshots)
+    transaction(1)  # the retry: writes nothing, succeeds
+    assert (rows("orders"), rows("lines")) == (10, 25)
+    assert len(catalog.load_table("eo_adbc.orders").metadata.snapshots) == snapshots
+    transaction(2)  # the next transaction lands
+    assert (rows("orders"), rows("lines")) == (20, 50)
+    summary = catalog.load_table("eo_adbc.lines").current_snapshot().summary
+    assert summary["skade.writer-id"] == "adbc-loader"
+    assert summary["skade.writer-last-sequence"] == "2"
