@@ -24,6 +24,7 @@ pub(crate) async fn commit(runs: usize) {
     let floor = puts as f64 / started.elapsed().as_secs_f64();
 
     let mut single = Vec::new();
+    let mut keyed = Vec::new();
     let mut multi = Vec::new();
     let mut latencies = Vec::new();
     // Per 16-stream run: (commits, redb transactions) — the server runs in-process, so
@@ -51,6 +52,20 @@ pub(crate) async fn commit(runs: usize) {
         let lat = tiny(connect(running.flight_addr).await, "one".into(), puts).await;
         single.push(puts as f64 / started.elapsed().as_secs_f64());
         latencies.extend(lat);
+
+        // The same lane as an exactly-once producer (writer id + sequences).
+        let mut client = connect(running.flight_addr).await;
+        client
+            .add_header("x-skade-writer-id", "bench-writer")
+            .expect("header");
+        let (started, mut sequence) = (Instant::now(), 1);
+        for i in 0..puts {
+            let tiny_batch = vec![batch((i * 10) as i64, 10)];
+            sequence = put_keyed(&mut client, "one_keyed", schema(), tiny_batch, sequence)
+                .await
+                .1;
+        }
+        keyed.push(puts as f64 / started.elapsed().as_secs_f64());
 
         let started = Instant::now();
         let transactions = skade::redb_commit_count();
@@ -87,6 +102,12 @@ pub(crate) async fn commit(runs: usize) {
     println!(
         "commit: skade/fsync_floor = {:.2} (skade {s:.0} commits/s, redb floor {floor:.0} commits/s); 16 streams = {m:.0} commits/s",
         s / floor
+    );
+    let (k, k_min, k_max) = summary(&keyed);
+    println!(
+        "commit: keyed/unkeyed = {:.2} (exactly-once, 1 stream: {k:.0} commits/s, {k_min:.0}–{k_max:.0}; unkeyed {s:.0}); target ≥ 0.95: {}",
+        k / s,
+        if k / s >= 0.95 { "met" } else { "not met" }
     );
     let per_txn: Vec<f64> = shared.iter().map(|&(c, t)| c as f64 / t as f64).collect();
     let (g, g_min, g_max) = summary(&per_txn);

@@ -168,6 +168,49 @@ pub(crate) async fn put(
         .expect("acks")
 }
 
+/// [`put`] as an exactly-once producer: `client` carries the `x-skade-writer-id`
+/// header (set it with `add_header`), and each record batch message carries its
+/// sequence, counting from `first_sequence`. Returns the acks and the next sequence.
+pub(crate) async fn put_keyed(
+    client: &mut FlightClient,
+    table: &str,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    first_sequence: u64,
+) -> (Vec<arrow_flight::PutResult>, u64) {
+    let mut next = first_sequence;
+    let data: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+            "bench".into(),
+            table.into(),
+        ])))
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .try_collect()
+        .await
+        .expect("encode");
+    // The first message is the schema; every other one is a record batch.
+    let data: Vec<_> = data
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut message)| {
+            if i > 0 {
+                message.app_metadata = next.to_string().into_bytes().into();
+                next += 1;
+            }
+            Ok(message)
+        })
+        .collect();
+    let acks = client
+        .do_put(futures::stream::iter(data))
+        .await
+        .expect("put")
+        .try_collect()
+        .await
+        .expect("acks");
+    (acks, next)
+}
+
 /// CPU time this process has used so far (user + system, all threads), in seconds.
 pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: getrusage only writes the struct we pass.

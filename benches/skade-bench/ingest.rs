@@ -52,6 +52,7 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
     let raw_groups = cut(&batches, target);
 
     let (mut defaults, mut ceiling, mut e2e) = (Vec::new(), Vec::new(), Vec::new());
+    let mut keyed = Vec::new();
     let mut transfer = Vec::new();
     // CPU seconds per row of the encode (a) and of the transfer (c).
     let (mut encode_cpu, mut transfer_cpu) = (Vec::new(), Vec::new());
@@ -95,11 +96,28 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
         .await;
         e2e.push(rows as f64 / started.elapsed().as_secs_f64());
         assert!(!acks.is_empty());
+        // (b) again as an exactly-once producer: writer id + a sequence per batch.
+        server
+            .client
+            .add_header("x-skade-writer-id", "bench-writer")
+            .expect("header");
+        let started = Instant::now();
+        let (acks, _) = put_keyed(
+            &mut server.client,
+            &format!("{name}_{run}_keyed"),
+            batches[0].schema(),
+            batches.clone(),
+            1,
+        )
+        .await;
+        keyed.push(rows as f64 / started.elapsed().as_secs_f64());
+        assert!(!acks.is_empty());
         server.stop().await;
     }
     let (d, d_min, d_max) = summary(&defaults);
     let (c, c_min, c_max) = summary(&ceiling);
     let (e, e_min, e_max) = summary(&e2e);
+    let (k, k_min, k_max) = summary(&keyed);
     let (t, t_min, t_max) = summary(&transfer);
     // Encode and transfer each need CPU; with every core busy the best a put can do is to
     // spend exactly both: cores / (CPU s per row of (a) + CPU s per row of (c)) rows/s.
@@ -124,6 +142,10 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
     println!(
         "| (b) skade end to end, Flight loopback | {e:.0} | {:.0} | {e_min:.0}–{e_max:.0} | |",
         mb(e)
+    );
+    println!(
+        "| (b′) (b) as an exactly-once producer (writer id + sequences) | {k:.0} | {:.0} | {k_min:.0}–{k_max:.0} | |",
+        mb(k)
     );
     println!(
         "| (c) Flight loopback transfer only (server decodes and drops) | {t:.0} | {:.0} | {t_min:.0}–{t_max:.0} | |",
@@ -151,6 +173,13 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
         e / 1e6,
         bound / 1e6,
         t / 1e6
+    );
+    println!(
+        "ingest {name}: keyed/unkeyed = {:.2} (exactly-once {:.2} M rows/s vs {:.2} M rows/s); target ≥ 0.95: {}",
+        k / e,
+        k / 1e6,
+        e / 1e6,
+        if k / e >= 0.95 { "met" } else { "not met" }
     );
     println!(
         "ingest {name}: skade_writer/parquet_defaults = {:.2} (skade encode {:.2} M rows/s, defaults {:.2} M rows/s; files {:.2}x the size)",
