@@ -246,18 +246,34 @@ impl Intake {
     }
 }
 
-/// The next record batch of the stream and its `app_metadata`; `None` at the end.
+/// The next record batch of the stream and its `app_metadata`; `None` at the end. A
+/// stream keeps one schema: a second Schema message is an error, as arrow-flight's own
+/// `FlightRecordBatchStream` makes it.
 async fn next_batch(
     data: &mut FlightDataDecoder,
     limit: u64,
 ) -> Result<Option<(RecordBatch, Bytes)>, Error> {
-    while let Some(item) = data.next().await {
+    loop {
+        let had_schema = data.schema().is_some();
+        let Some(item) = data.next().await else {
+            return Ok(None);
+        };
         let item = item.map_err(|e| flight_error(e, limit))?;
-        if let DecodedPayload::RecordBatch(batch) = item.payload {
-            return Ok(Some((batch, item.inner.app_metadata)));
+        match item.payload {
+            DecodedPayload::RecordBatch(batch) => {
+                return Ok(Some((batch, item.inner.app_metadata)));
+            }
+            DecodedPayload::Schema(_) if had_schema => {
+                return Err(flight_error(
+                    FlightError::protocol(
+                        "Unexpectedly saw multiple Schema messages in FlightData stream",
+                    ),
+                    limit,
+                ));
+            }
+            DecodedPayload::Schema(_) | DecodedPayload::None => {}
         }
     }
-    Ok(None)
 }
 
 fn ack(

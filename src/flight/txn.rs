@@ -144,7 +144,7 @@ impl TxnState {
                 .writer_mark(&key.writer, ident)
                 .await
                 .map_err(|e| Error::catalog(ident, e))?;
-            if !mark.is_some_and(|m| m.sequence >= key.sequence) {
+            if mark.is_none_or(|m| m.sequence < key.sequence) {
                 return Ok(false);
             }
             any = true;
