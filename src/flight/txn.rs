@@ -472,20 +472,21 @@ impl Transactions {
         Ok(())
     }
 
-    /// Discards `txn`'s staged files and logs its end once: at `info` when it had staged
-    /// something or timed out, at `debug` for the empty rollback every ADBC
-    /// `conn.close()` (and `rollback()`) sends.
+    /// Records `txn`'s outcome, discards its staged files and logs its end once: at
+    /// `info` when it had staged something or timed out, at `debug` for the empty
+    /// rollback every ADBC `conn.close()` (and `rollback()`) sends. The outcome is
+    /// recorded before the files go, so a client that sees them gone also sees why.
     async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
         let mut state = txn.state.lock().await;
         let tables = state.tables.len();
         let files: usize = state.tables.iter().map(|s| s.files.len()).sum();
+        self.finish(txn, outcome.clone());
         state.discard().await;
         if tables > 0 || outcome == Outcome::TimedOut {
             info!(transaction = %txn.id, outcome = %outcome, tables, files, "transaction rolled back");
         } else {
             debug!(transaction = %txn.id, outcome = %outcome, "transaction rolled back");
         }
-        self.finish(txn, outcome);
     }
 
     /// `CloseSession`: rolls back every open transaction of `session` and forgets it.
