@@ -169,6 +169,24 @@ async fn a_transaction_over_max_transactions_is_resource_exhausted() {
     server.stop().await;
 }
 
+/// Begins a Flight SQL transaction at `flight` and rolls it back with nothing staged, as
+/// the ADBC driver does on every connect and `close()`; `token` is the bearer token.
+async fn begin_and_roll_back(flight: std::net::SocketAddr, token: Option<&str>) {
+    let channel = Channel::from_shared(format!("http://{flight}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut sql = FlightSqlServiceClient::new(channel);
+    if let Some(token) = token {
+        sql.set_header("authorization", format!("Bearer {token}"));
+    }
+    let id = sql.begin_transaction().await.expect("begin");
+    sql.end_transaction(id, EndTransaction::Rollback)
+        .await
+        .expect("rollback");
+}
+
 /// The real binary with `--log-format json`, `RUST_LOG=debug` and a token file: every
 /// stderr line is one JSON object; the start-up line names both addresses, the data dir,
 /// the warehouse, auth and TLS; the put's `committed` event (once) carries table, snapshot
@@ -210,17 +228,7 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
         assert_eq!(status_of(e).0, Code::NotFound);
 
         // A transaction begun and rolled back (the session is logged at debug).
-        let channel = Channel::from_shared(format!("http://{}", binary.flight))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        let mut sql = FlightSqlServiceClient::new(channel);
-        sql.set_header("authorization", format!("Bearer {first}"));
-        let id = sql.begin_transaction().await.expect("begin");
-        sql.end_transaction(id, EndTransaction::Rollback)
-            .await
-            .expect("rollback");
+        begin_and_roll_back(binary.flight, Some(first)).await;
 
         let (status, _) = common::http_get(binary.metrics, "/v1/config").await;
         assert_eq!(status, 401);
@@ -418,16 +426,7 @@ async fn a_client_killed_mid_put_is_an_info_event_counted_as_cancelled() {
         }
 
         // ADBC's churn: BeginTransaction on connect, an empty rollback on close.
-        let channel = Channel::from_shared(format!("http://{}", binary.flight))
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect");
-        let mut sql = FlightSqlServiceClient::new(channel);
-        let id = sql.begin_transaction().await.expect("begin");
-        sql.end_transaction(id, EndTransaction::Rollback)
-            .await
-            .expect("rollback");
+        begin_and_roll_back(binary.flight, None).await;
     })
     .await;
     let events = binary.stop();
