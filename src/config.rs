@@ -64,14 +64,15 @@ pub struct Config {
     #[arg(long, env = "SKADE_DATA_DIR", default_value = "./skade-data")]
     pub data_dir: PathBuf,
 
-    /// Address of the Arrow Flight (gRPC) server. Port 0 picks a free port.
+    /// Address of the Arrow Flight (gRPC) server, `host:port` (an IP address or a host
+    /// name such as `localhost`). Port 0 picks a free port.
     #[arg(long, env = "SKADE_FLIGHT_ADDR", default_value = "127.0.0.1:50051")]
-    pub flight_addr: SocketAddr,
+    pub flight_addr: ListenAddr,
 
     /// Address of the HTTP server for `/metrics`, `/healthz`, `/readyz` and the REST
-    /// catalog. Port 0 picks a free port.
+    /// catalog, `host:port`. Port 0 picks a free port.
     #[arg(long, env = "SKADE_METRICS_ADDR", default_value = "127.0.0.1:9464")]
-    pub metrics_addr: SocketAddr,
+    pub metrics_addr: ListenAddr,
 
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -159,9 +160,57 @@ impl Config {
             Command::Gc(_) => unreachable!("parsed `serve`"),
         };
         config.data_dir = data_dir.into();
-        config.flight_addr = SocketAddr::from(([127, 0, 0, 1], 0));
-        config.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.flight_addr = SocketAddr::from(([127, 0, 0, 1], 0)).into();
+        config.metrics_addr = SocketAddr::from(([127, 0, 0, 1], 0)).into();
         config
+    }
+}
+
+/// A listen address as given: `host:port`, where `host` is an IP address (`127.0.0.1`,
+/// `0.0.0.0`, `[::1]`) or a host name (`localhost`) that [`crate::start`] resolves. The
+/// syntax is checked when the flag is parsed; the name is resolved at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddr(String);
+
+impl ListenAddr {
+    /// The address as given (`host:port`).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<SocketAddr> for ListenAddr {
+    fn from(addr: SocketAddr) -> Self {
+        Self(addr.to_string())
+    }
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+
+    /// Accepts `host:port` with a port in `0..=65535` and a non-empty host; an IPv6
+    /// address goes in brackets (`[::1]:50051`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.parse::<SocketAddr>().is_ok() {
+            return Ok(Self(s.to_string()));
+        }
+        let usage = "use host:port, e.g. 127.0.0.1:50051, localhost:50051 or [::1]:50051";
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return Err(format!("no port in {s:?}; {usage}"));
+        };
+        if port.parse::<u16>().is_err() {
+            return Err(format!("{port:?} is not a port (0-65535); {usage}"));
+        }
+        if host.is_empty() || host.contains(':') || host.contains('/') {
+            return Err(format!("{host:?} is not a host name or address; {usage}"));
+        }
+        Ok(Self(s.to_string()))
     }
 }
 

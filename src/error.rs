@@ -120,8 +120,21 @@ pub enum Error {
         /// What failed.
         what: String,
     },
-    /// The transport reported an error; its status is passed on as it is.
-    #[error("{0}")]
+    /// The client ended the call before the server did: it cancelled, its deadline
+    /// expired, or its connection was reset or closed (a killed process, a broken pipe).
+    /// Not a server failure: logged at `info` and counted under `code="Cancelled"`.
+    #[error(
+        "the client ended the call ({reason}); {committed_rows} rows of it were committed and acked before"
+    )]
+    ClientGone {
+        /// How it ended, from the transport ("connection reset by peer", ...).
+        reason: String,
+        /// Rows of the stream committed (and acked) before it ended.
+        committed_rows: u64,
+    },
+    /// The transport reported an error; its status is passed on as it is. Displays the
+    /// status's message only, never its source's `Debug` form.
+    #[error("{}", .0.message())]
     Transport(Box<Status>),
 }
 
@@ -171,6 +184,7 @@ impl Error {
             Error::Unauthenticated => Code::Unauthenticated,
             Error::LimitReached { .. } | Error::MessageTooLarge { .. } => Code::ResourceExhausted,
             Error::Internal { .. } => Code::Internal,
+            Error::ClientGone { .. } => Code::Cancelled,
             Error::Transport(status) => return *status.clone(),
         };
         Status::new(code, redact(self.to_string()))
@@ -210,6 +224,57 @@ fn redact(mut message: String) -> String {
         }
     }
     message
+}
+
+/// Why `status`, read from a client's request stream, means the client ended the call
+/// (rather than the server failing): the call was cancelled or its deadline expired, or
+/// the transport below it saw the client's side go away — an HTTP/2 `RST_STREAM`/`GOAWAY`
+/// from the client, a reset, aborted or closed connection, a broken pipe, or a body cut
+/// short. `None` for anything else. The reason is the innermost cause's `Display`.
+pub fn client_ending(status: &Status) -> Option<String> {
+    use std::error::Error as _;
+    use std::io::ErrorKind as Io;
+    let gone = |kind: Io| {
+        matches!(
+            kind,
+            Io::BrokenPipe
+                | Io::ConnectionReset
+                | Io::ConnectionAborted
+                | Io::UnexpectedEof
+                | Io::NotConnected
+        )
+    };
+    match status.code() {
+        Code::Cancelled => return Some("cancelled".to_string()),
+        Code::DeadlineExceeded => return Some("deadline exceeded".to_string()),
+        _ => {}
+    }
+    let mut cause = status.source();
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && gone(io.kind())
+        {
+            return Some(io.to_string());
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if let Some(io) = h2.get_io() {
+                return gone(io.kind()).then(|| io.to_string());
+            }
+            if h2.is_remote() || h2.reason() == Some(h2::Reason::CANCEL) {
+                return Some(h2.to_string());
+            }
+        }
+        if let Some(hyper) = e.downcast_ref::<hyper::Error>()
+            && (hyper.is_incomplete_message()
+                || hyper.is_canceled()
+                || hyper.is_closed()
+                || hyper.is_body_write_aborted())
+        {
+            return Some(hyper.to_string());
+        }
+        cause = e.source();
+    }
+    None
 }
 
 /// The gRPC code for an iceberg error, by its kind (never by its text).

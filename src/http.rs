@@ -12,47 +12,41 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use iceberg::Catalog;
-use tokio_util::sync::CancellationToken;
 
-use crate::catalog::RedbCatalog;
-use crate::metrics::Metrics;
+use crate::flight::Service;
 use crate::rest;
 
 /// The prefix of the file `/readyz` creates and removes in the warehouse root to prove it
 /// writable (a random suffix keeps concurrent probes apart).
 const READY_PROBE_PREFIX: &str = ".skade-readyz-";
 
-#[derive(Clone)]
-struct Ready {
-    catalog: Arc<RedbCatalog>,
-    shutdown: CancellationToken,
-}
-
 /// The router served on `--metrics-addr`: metrics, liveness and readiness, plus the
-/// REST catalog over `catalog`. `/readyz` answers `503` once `shutdown` is cancelled.
-pub fn router(
-    metrics: Arc<Metrics>,
-    catalog: Arc<RedbCatalog>,
-    shutdown: CancellationToken,
-    tokens: Option<Arc<crate::auth::Tokens>>,
-) -> Router {
-    let ready = Ready {
-        catalog: catalog.clone(),
-        shutdown,
-    };
+/// REST catalog over the service's catalog. `/readyz` answers `503` once the service's
+/// shutdown has begun.
+pub fn router(service: Arc<Service>, tokens: Option<Arc<crate::auth::Tokens>>) -> Router {
+    let catalog = service.catalog.clone();
     Router::new()
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .with_state(metrics)
-        .merge(
-            Router::new()
-                .route("/readyz", get(readyz))
-                .with_state(ready),
-        )
+        .route("/readyz", get(readyz))
+        .with_state(service)
         .merge(rest::router(catalog, tokens))
 }
 
-async fn render_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+/// The Prometheus text of every metric. The gauges of state that changes without an
+/// event — rows' bytes held against `--memory-budget`, and readiness (the same check as
+/// `/readyz`) — are read at scrape time.
+async fn render_metrics(State(service): State<Arc<Service>>) -> impl IntoResponse {
+    let metrics = &service.metrics;
+    let budget = &service.budget;
+    let held = budget
+        .total_bytes()
+        .saturating_sub(budget.available_bytes());
+    metrics
+        .memory_reserved_bytes
+        .set(i64::try_from(held).unwrap_or(i64::MAX));
+    let ready = check_ready(&service).await.is_ok();
+    metrics.ready.set(i64::from(ready));
     (
         [(
             header::CONTENT_TYPE,
@@ -64,8 +58,8 @@ async fn render_metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoRespons
 
 /// `200 ready` when the server is not shutting down, the catalog answers a read and the
 /// warehouse takes a new file; else `503` naming what is not ready.
-async fn readyz(State(ready): State<Ready>) -> (StatusCode, String) {
-    match check_ready(&ready).await {
+async fn readyz(State(service): State<Arc<Service>>) -> (StatusCode, String) {
+    match check_ready(&service).await {
         Ok(()) => (StatusCode::OK, "ready\n".to_string()),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -74,7 +68,7 @@ async fn readyz(State(ready): State<Ready>) -> (StatusCode, String) {
     }
 }
 
-async fn check_ready(ready: &Ready) -> Result<(), String> {
+async fn check_ready(ready: &Service) -> Result<(), String> {
     if ready.shutdown.is_cancelled() {
         return Err("shutting down".to_string());
     }

@@ -46,12 +46,32 @@ const STREAM_WINDOW_BYTES: u32 = 16 << 20;
 /// HTTP/2 receive window of one connection, in bytes (shared by its streams).
 const CONNECTION_WINDOW_BYTES: u32 = 32 << 20;
 
-/// Why the service could not start.
+/// Why the service could not start (or, for [`StartError::Serve`], stopped). Each
+/// message is one line naming the flag concerned and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The catalog could not be opened — most often another skade holds its lock.
+    /// Another process (a running skade, or `skade gc`) holds the catalog's lock.
     #[error(
-        "cannot open the catalog {path}: {source} (is another skade running on this data dir?)"
+        "the data dir {} is in use: another skade process holds the lock on {} (Database already open. Cannot acquire lock.); stop it, or give this one another --data-dir",
+        .data_dir.display(), .data_dir.join("catalog.redb").display()
+    )]
+    Locked {
+        /// The `--data-dir`.
+        data_dir: PathBuf,
+    },
+    /// The data dir could not be created.
+    #[error("cannot create the data dir {} (--data-dir): {source}", .path.display())]
+    DataDir {
+        /// The `--data-dir`.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The catalog could not be opened for another reason than the lock.
+    #[error(
+        "cannot open the catalog {} (--data-dir): {}",
+        .path.display(), .source.message()
     )]
     Catalog {
         /// The `catalog.redb` path.
@@ -60,9 +80,24 @@ pub enum StartError {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// A listen address's host name could not be resolved.
+    #[error("cannot resolve {flag} {addr}: {source}; give a resolvable host name or an IP address")]
+    Resolve {
+        /// The flag (`--flight-addr`, `--metrics-addr`).
+        flag: &'static str,
+        /// The address as given.
+        addr: String,
+        /// The resolver's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// An address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr} ({flag}): {source}; stop whatever holds it, or give another {flag}"
+    )]
     Bind {
+        /// The flag (`--flight-addr`, `--metrics-addr`).
+        flag: &'static str,
         /// The address.
         addr: SocketAddr,
         /// The OS error.
@@ -70,10 +105,10 @@ pub enum StartError {
         source: std::io::Error,
     },
     /// `--tls-cert`/`--tls-key` cannot be used.
-    #[error("TLS: {0}")]
+    #[error("--tls-cert/--tls-key: {0}")]
     Tls(String),
     /// `--auth-token-file` cannot be used.
-    #[error("authentication: {0}")]
+    #[error("--auth-token-file: {0}")]
     Auth(#[from] auth::TokenFileError),
     /// A server task failed.
     #[error("server failed: {0}")]
@@ -139,15 +174,18 @@ impl Running {
     }
 }
 
-/// Opens the catalog under `config.data_dir`, binds both addresses and serves in the
-/// background: Flight (with the gRPC health service, TLS and bearer tokens when
-/// configured) and the HTTP metrics/health/REST address. Must run inside a
-/// multi-threaded tokio runtime with timers.
+/// Checks the TLS and token files, resolves and binds both addresses, then creates the
+/// data dir if needed, opens its catalog and serves in the background: Flight (with the
+/// gRPC health service, TLS and bearer tokens when configured) and the HTTP
+/// metrics/health/REST address. A failed start leaves nothing new on disk. Must run
+/// inside a multi-threaded tokio runtime with timers.
 ///
 /// # Errors
-/// [`StartError::Catalog`] when the catalog cannot be opened (e.g. another process holds
-/// its lock); [`StartError::Bind`] when an address is taken; [`StartError::Tls`] and
-/// [`StartError::Auth`] for unusable certificate, key or token files.
+/// [`StartError::Tls`] and [`StartError::Auth`] for unusable certificate, key or token
+/// files; [`StartError::Resolve`] for a host name that does not resolve;
+/// [`StartError::Bind`] when an address is taken; [`StartError::Locked`] when another
+/// process holds the catalog; [`StartError::DataDir`] / [`StartError::Catalog`] when the
+/// data dir or the catalog cannot be created or opened.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let tls = match (&config.security.tls_cert, &config.security.tls_key) {
         (Some(cert), Some(key)) => {
@@ -159,29 +197,25 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
         None => None,
     };
-    let catalog_path = config.data_dir.join("catalog.redb");
+    // Bind before touching the disk: a start that fails creates nothing.
+    let flight_listener = bind("--flight-addr", &config.flight_addr).await?;
+    let metrics_listener = bind("--metrics-addr", &config.metrics_addr).await?;
+    let flight_addr = local_addr(&flight_listener, "--flight-addr")?;
+    let metrics_addr = local_addr(&metrics_listener, "--metrics-addr")?;
     let metrics = Metrics::new();
     if let Some(tokens) = &tokens {
         tokens.count_refusals(metrics.auth_failures.clone());
     }
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::Catalog {
-        path: catalog_path.clone(),
-        source: Box::new(iceberg::Error::new(
-            iceberg::ErrorKind::Unexpected,
-            source.to_string(),
-        )),
-    })?;
-    let catalog = RedbCatalog::open(&catalog_path, &config.data_dir.join("warehouse"))
-        .map_err(|source| StartError::Catalog {
-            path: catalog_path.clone(),
-            source: Box::new(source),
-        })?
+    let catalog = open_catalog(&config.data_dir)?
         .with_commit_counter(metrics.catalog_commits.clone())
         .with_sync_counter(metrics.file_syncs.clone());
     error::hide_in_statuses(catalog.warehouse(), "<warehouse>");
     if let Ok(data_dir) = std::path::absolute(&config.data_dir) {
         error::hide_in_statuses(&data_dir, "<data-dir>");
     }
+    metrics
+        .put_streams_max
+        .set(i64::try_from(config.ingest.max_streams.get()).unwrap_or(i64::MAX));
     let service = Arc::new(Service {
         catalog: Arc::new(catalog),
         metrics: metrics.clone(),
@@ -201,17 +235,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         auth::reload_on_sighup(tokens, service.shutdown.clone())
             .map_err(|e| StartError::Serve(format!("cannot listen for SIGHUP: {e}")))?;
     }
+    metrics
+        .memory_budget_bytes
+        .set(i64::try_from(service.budget.total_bytes()).unwrap_or(i64::MAX));
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
-
-    let bind = |addr: SocketAddr| async move {
-        tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })
-    };
-    let flight_listener = bind(config.flight_addr).await?;
-    let metrics_listener = bind(config.metrics_addr).await?;
-    let flight_addr = local_addr(&flight_listener, config.flight_addr)?;
-    let metrics_addr = local_addr(&metrics_listener, config.metrics_addr)?;
 
     let limit = usize::try_from(config.ingest.max_message_size).unwrap_or(usize::MAX);
     let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
@@ -225,6 +252,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let mut builder = tonic::transport::Server::builder()
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+    let tls_on = tls.is_some();
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
@@ -243,21 +271,28 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
 
     let (http_stop, http_stopped) = oneshot::channel::<()>();
-    let app = http::router(
-        Arc::new(metrics),
-        service.catalog.clone(),
-        service.shutdown.clone(),
-        tokens.clone(),
-    );
+    let app = http::router(service.clone(), tokens.clone());
     let http_task = tokio::spawn(async move {
-        axum::serve(metrics_listener, app)
-            .with_graceful_shutdown(async {
-                let _ = http_stopped.await;
-            })
-            .await
-            .map_err(|e| StartError::Serve(format!("metrics: {e}")))
+        axum::serve(
+            metrics_listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async {
+            let _ = http_stopped.await;
+        })
+        .await
+        .map_err(|e| StartError::Serve(format!("metrics: {e}")))
     });
-    info!(%flight_addr, %metrics_addr, data_dir = %config.data_dir.display(), "serving");
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %flight_addr,
+        %metrics_addr,
+        data_dir = %config.data_dir.display(),
+        warehouse = %service.catalog.warehouse().display(),
+        auth = if tokens.is_some() { "bearer tokens" } else { "off" },
+        tls = if tls_on { "on" } else { "off" },
+        "serving"
+    );
     Ok(Running {
         flight_addr,
         metrics_addr,
@@ -269,13 +304,76 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })
 }
 
+/// Resolves `addr` (given as `flag`) and binds its first IPv4 address (else its first
+/// address): `localhost:50051` listens where IPv4 clients such as `127.0.0.1` reach it.
+async fn bind(
+    flag: &'static str,
+    addr: &config::ListenAddr,
+) -> Result<tokio::net::TcpListener, StartError> {
+    let resolve_error = |source| StartError::Resolve {
+        flag,
+        addr: addr.to_string(),
+        source,
+    };
+    let candidates: Vec<SocketAddr> = tokio::net::lookup_host(addr.as_str())
+        .await
+        .map_err(resolve_error)?
+        .collect();
+    let chosen = candidates
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| candidates.first())
+        .copied()
+        .ok_or_else(|| {
+            resolve_error(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the name has no address",
+            ))
+        })?;
+    tokio::net::TcpListener::bind(chosen)
+        .await
+        .map_err(|source| StartError::Bind {
+            flag,
+            addr: chosen,
+            source,
+        })
+}
+
 fn local_addr(
     listener: &tokio::net::TcpListener,
-    asked: SocketAddr,
+    flag: &'static str,
 ) -> Result<SocketAddr, StartError> {
     listener.local_addr().map_err(|source| StartError::Bind {
-        addr: asked,
+        flag,
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
+    })
+}
+
+/// Creates `data_dir` if needed and opens its catalog. When the data dir did not exist
+/// and the open fails, what was created is removed again, so a failed start leaves
+/// nothing on disk.
+fn open_catalog(data_dir: &std::path::Path) -> Result<RedbCatalog, StartError> {
+    let catalog_path = data_dir.join("catalog.redb");
+    let existed = data_dir.exists();
+    std::fs::create_dir_all(data_dir).map_err(|source| StartError::DataDir {
+        path: data_dir.to_path_buf(),
+        source,
+    })?;
+    RedbCatalog::open(&catalog_path, &data_dir.join("warehouse")).map_err(|source| {
+        if !existed {
+            let _ = std::fs::remove_dir_all(data_dir);
+        }
+        if catalog::is_lock_error(&source) {
+            StartError::Locked {
+                data_dir: data_dir.to_path_buf(),
+            }
+        } else {
+            StartError::Catalog {
+                path: catalog_path,
+                source: Box::new(source),
+            }
+        }
     })
 }
 

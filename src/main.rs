@@ -28,9 +28,13 @@ async fn main() -> std::process::ExitCode {
     };
     match skade::run(config, shutdown).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+        // One line, in the configured log format.
+        Err(e @ skade::StartError::Serve(_)) => {
             tracing::error!(error = %e, "skade stopped");
-            eprintln!("skade: {e}");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
             std::process::ExitCode::FAILURE
         }
     }
@@ -55,7 +59,6 @@ async fn collect_garbage(gc: skade::config::GcConfig) -> std::process::ExitCode 
         }
         Err(e) => {
             tracing::error!(error = %e, "gc failed");
-            eprintln!("skade gc: {e}");
             std::process::ExitCode::FAILURE
         }
     }

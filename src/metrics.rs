@@ -24,8 +24,21 @@ pub const BYTES_COMMITTED_TOTAL: &str = "skade_bytes_committed_total";
 pub const PUT_STREAMS_ACTIVE: &str = "skade_put_streams_active";
 /// Open Flight SQL transactions.
 pub const TRANSACTIONS_ACTIVE: &str = "skade_transactions_active";
-/// Failed puts/commits, label `code` (gRPC code name).
+/// Failed puts/commits, label `code` (gRPC code name; `Cancelled` for calls the client
+/// ended: cancel, deadline, reset or closed connection).
 pub const INGEST_ERRORS_TOTAL: &str = "skade_ingest_errors_total";
+/// DoPut streams and Flight SQL actions received: the calls [`INGEST_ERRORS_TOTAL`]
+/// counts the failures of (the denominator of an error ratio).
+pub const INGEST_REQUESTS_TOTAL: &str = "skade_ingest_requests_total";
+/// `--max-streams`: the most DoPut streams open at once.
+pub const PUT_STREAMS_MAX: &str = "skade_put_streams_max";
+/// `--memory-budget` in bytes (as the budget holds it).
+pub const MEMORY_BUDGET_BYTES: &str = "skade_memory_budget_bytes";
+/// Arrow bytes of rows in flight held against the memory budget right now (read at
+/// scrape time).
+pub const MEMORY_RESERVED_BYTES: &str = "skade_memory_reserved_bytes";
+/// 1 when `/readyz` would answer 200, else 0 (checked at scrape time).
+pub const READY: &str = "skade_ready";
 
 /// Calls refused for a missing or invalid bearer token, label `surface` = `flight`
 /// (every Flight and Flight SQL RPC, `Handshake` included) | `rest` (the `/v1` REST
@@ -61,6 +74,16 @@ pub struct Metrics {
     pub ingest_errors: IntCounterVec,
     /// See [`AUTH_FAILURES_TOTAL`].
     pub auth_failures: IntCounterVec,
+    /// See [`INGEST_REQUESTS_TOTAL`].
+    pub ingest_requests: IntCounter,
+    /// See [`PUT_STREAMS_MAX`].
+    pub put_streams_max: IntGauge,
+    /// See [`MEMORY_BUDGET_BYTES`].
+    pub memory_budget_bytes: IntGauge,
+    /// See [`MEMORY_RESERVED_BYTES`].
+    pub memory_reserved_bytes: IntGauge,
+    /// See [`READY`].
+    pub ready: IntGauge,
 }
 
 impl Metrics {
@@ -95,22 +118,25 @@ impl Metrics {
             "Calls refused for a missing or invalid bearer token.",
             "surface",
         );
-        let catalog_commits = IntCounter::new(
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("unique metric");
+            c
+        };
+        let catalog_commits = counter(
             CATALOG_COMMITS_TOTAL,
             "Durable redb write transactions on the data paths (commit fsyncs).",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(catalog_commits.clone()))
-            .expect("unique metric");
-        let file_syncs = IntCounter::new(
+        );
+        let file_syncs = counter(
             FILE_SYNCS_TOTAL,
             "Warehouse syncs (syncfs) before data commits' pointer flips.",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(file_syncs.clone()))
-            .expect("unique metric");
+        );
+        let ingest_requests = counter(
+            INGEST_REQUESTS_TOTAL,
+            "DoPut streams and Flight SQL actions received.",
+        );
         let commit_duration = HistogramVec::new(
             HistogramOpts::new(COMMIT_DURATION_SECONDS, "Seconds of one catalog commit.").buckets(
                 vec![
@@ -132,6 +158,19 @@ impl Metrics {
         };
         let put_streams_active = gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams.");
         let transactions_active = gauge(TRANSACTIONS_ACTIVE, "Open Flight SQL transactions.");
+        let put_streams_max = gauge(
+            PUT_STREAMS_MAX,
+            "Most DoPut streams open at once (--max-streams).",
+        );
+        let memory_budget_bytes = gauge(
+            MEMORY_BUDGET_BYTES,
+            "Arrow bytes of rows in flight all streams may hold (--memory-budget).",
+        );
+        let memory_reserved_bytes = gauge(
+            MEMORY_RESERVED_BYTES,
+            "Arrow bytes of rows in flight held against the memory budget.",
+        );
+        let ready = gauge(READY, "1 when /readyz answers 200, else 0.");
         Self {
             registry,
             catalog_commits,
@@ -144,6 +183,11 @@ impl Metrics {
             transactions_active,
             ingest_errors,
             auth_failures,
+            ingest_requests,
+            put_streams_max,
+            memory_budget_bytes,
+            memory_reserved_bytes,
+            ready,
         }
     }
 

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Runs every test: the Dockerfile and deploy/ linters, the Rust unit and integration
-# tests, the crash test (short form), then the Python interop suite (pyarrow.flight
-# client, pyiceberg reader, ADBC) against the real `skade` binary. Creates the Python
-# venv at .venv on first use.
+# Runs every test: the Dockerfile, deploy/ and Prometheus-rule linters, the Rust unit and
+# integration tests, the crash test (short form), then the Python interop suite (pyarrow
+# Flight client, pyiceberg reader, ADBC, a real Prometheus server) against the real
+# `skade` binary. Creates the Python venv at .venv on first use, and installs
+# Prometheus (Debian's `prometheus` package: `prometheus` and `promtool`) when missing.
+# Honours CARGO_TARGET_DIR: the binary under test is the one `cargo build` just made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt \
     -r tests/ops/requirements.txt
+tests/ops/install-prometheus.sh
 
 tests/ops/lint.sh
 
 cargo build --locked
+target_dir="$(cargo metadata --format-version 1 --no-deps --locked |
+    .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 cargo test --locked
 # The crash test (tests/crash/) in its short form: 3 SIGKILLs of the real binary.
 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
     cargo test --locked --test crash -- --ignored --nocapture
-SKADE_BIN="$PWD/target/debug/skade" .venv/bin/pytest tests/interop -q
+SKADE_BIN="$target_dir/debug/skade" .venv/bin/pytest tests/interop -q

@@ -145,7 +145,7 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
         return Err(GcError::NoCatalog { path });
     }
     let catalog = RedbCatalog::open(&path, &data_dir.join("warehouse")).map_err(|e| {
-        if is_lock_error(&e) {
+        if super::is_lock_error(&e) {
             GcError::InUse { path: path.clone() }
         } else {
             GcError::Catalog {
@@ -319,18 +319,6 @@ fn local_path(location: &str) -> PathBuf {
         .or_else(|| location.strip_prefix("file:"))
         .unwrap_or(location);
     PathBuf::from(path)
-}
-
-/// Whether `e` is redb's "Database already open. Cannot acquire lock.".
-fn is_lock_error(e: &iceberg::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(redb::Error::DatabaseAlreadyOpen) = s.downcast_ref::<redb::Error>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 #[cfg(test)]

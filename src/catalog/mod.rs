@@ -956,6 +956,19 @@ fn split_key(key: &str) -> Vec<String> {
     key.split(KEY_SEP).map(str::to_string).collect()
 }
 
+/// Whether `e` is redb's "Database already open. Cannot acquire lock." — another process
+/// (a running skade, `skade gc`) holds the catalog file.
+pub fn is_lock_error(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(redb::Error::DatabaseAlreadyOpen) = s.downcast_ref::<redb::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn redb_error(e: impl Into<redb::Error>) -> Error {
     let e: redb::Error = e.into();
     Error::new(ErrorKind::Unexpected, format!("catalog storage: {e}")).with_source(e)

@@ -7,8 +7,8 @@
 //! runtime worker. skade does not need them: a commit becomes visible only when the
 //! catalog flips the table's pointer, and before every flip the catalog `syncfs`es the
 //! warehouse's filesystem ([`super::durable`]), which makes every file written until then
-//! durable at once: data files, manifests, manifest lists and metadata JSON (README,
-//! "Durability"). A crash before the flip leaves unreferenced files, never a pointer to a
+//! durable at once: data files, manifests, manifest lists and metadata JSON
+//! (`docs/internals.md`, "Durability"). A crash before the flip leaves unreferenced files, never a pointer to a
 //! file that is not on disk (`tests/crash/`). So [`WarehouseStorage`] is `LocalFsStorage`
 //! whose writers only hand their bytes to the page cache on close.
 

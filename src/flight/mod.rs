@@ -78,7 +78,7 @@ impl SkadeFlight {
         self.svc
             .metrics
             .ingest_errors
-            .with_label_values(&[&format!("{:?}", status.code())])
+            .with_label_values(&[code_name(status.code())])
             .inc();
         status
     }
@@ -95,18 +95,54 @@ impl SkadeFlight {
     }
 }
 
-/// Logs a failed RPC once, in the RPC's span: the client's mistakes at `info`, the
-/// server's failures at `warn`; returns its status.
+/// Logs a failed RPC once, in the RPC's span: a client that left (cancel, reset, broken
+/// pipe, deadline) as `client left` at `info` with the rows committed before, the
+/// client's mistakes as `request refused` at `info`, the server's failures as `request
+/// failed` at `warn`; returns its status.
 fn reject(e: Error) -> Status {
     let message = e.to_string();
+    let committed_rows = match &e {
+        Error::ClientGone { committed_rows, .. } => Some(*committed_rows),
+        _ => None,
+    };
     let status = e.into_status();
-    match status.code() {
-        Code::Internal | Code::Unavailable | Code::Aborted | Code::Unknown | Code::DataLoss => {
-            warn!(code = ?status.code(), error = %message, "request failed")
+    let code = code_name(status.code());
+    match (committed_rows, status.code()) {
+        (Some(committed_rows), _) => {
+            info!(code, committed_rows, error = %message, "client left")
         }
-        code => info!(code = ?code, error = %message, "request refused"),
+        (
+            None,
+            Code::Internal | Code::Unavailable | Code::Aborted | Code::Unknown | Code::DataLoss,
+        ) => {
+            warn!(code, error = %message, "request failed")
+        }
+        (None, _) => info!(code, error = %message, "request refused"),
     }
     status
+}
+
+/// The gRPC code's name as the metric label and log field show it (`NotFound`, ...).
+pub(crate) fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "Ok",
+        Code::Cancelled => "Cancelled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -200,11 +236,20 @@ impl FlightService for SkadeFlight {
         Ok(response)
     }
 
+    /// The tables whose dotted name (`ns.table`) starts with the criteria's expression
+    /// (UTF-8; empty lists every table), in name order.
     async fn list_flights(
         &self,
-        _request: Request<Criteria>,
+        request: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
-        let infos = read::list(&self.svc).await.map_err(reject)?;
+        let prefix = std::str::from_utf8(&request.get_ref().expression).map_err(|_| {
+            reject(Error::BadRequest {
+                reason: "the ListFlights criteria must be a UTF-8 table-name prefix \
+                         (e.g. `demo.`)"
+                    .to_string(),
+            })
+        })?;
+        let infos = read::list(&self.svc, prefix).await.map_err(reject)?;
         Ok(Response::new(read::info_stream(infos)))
     }
 
@@ -265,6 +310,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
+        self.svc.metrics.ingest_requests.inc();
         let permit = self.stream_permit()?;
         let session = sql::session_of(&request);
         let writer = exactly_once::writer_id(request.metadata()).map_err(|e| self.fail(e))?;
@@ -279,7 +325,12 @@ impl FlightService for SkadeFlight {
                         .to_string(),
                 }));
             }
-            Err(status) => return Err(self.fail(Error::Transport(Box::new(status)))),
+            Err(status) => {
+                return Err(self.fail(put::flight_error(
+                    FlightError::Tonic(Box::new(status)),
+                    self.svc.config.max_message_size,
+                )));
+            }
         };
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
         let command = if is_cmd(&descriptor) {
@@ -342,6 +393,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
+        self.svc.metrics.ingest_requests.inc();
         let session = sql::session_of(&request);
         let headers = request.metadata().clone();
         let action = request.into_inner();

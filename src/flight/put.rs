@@ -105,15 +105,18 @@ pub(crate) async fn run(
     };
     let name = ident.to_string();
     let mut committed_sequence = start_mark.map(|m| m.sequence);
+    let mut committed_rows = 0;
     let mut on_commit = |report: &CommitReport| {
+        committed_rows = report.cumulative.rows;
         let seconds = report.duration.as_secs_f64();
         svc.metrics
             .record_commit(LANE_STREAM, &name, &report.committed, seconds);
         let snapshot_id = report.table.metadata().current_snapshot_id().unwrap_or(0);
         committed_sequence = report.last_sequence.or(committed_sequence);
+        // As a string: snapshot ids exceed 2^53, which JSON readers turn into doubles.
         info!(
             table = %name,
-            snapshot_id,
+            snapshot_id = %snapshot_id,
             rows = report.committed.rows,
             bytes = report.committed.bytes,
             seconds,
@@ -142,7 +145,16 @@ pub(crate) async fn run(
         .await
         .map_err(Error::from)
     };
-    let ((stopped, replayed), (table, stats)) = tokio::try_join!(read, pipeline)?;
+    let ((stopped, replayed), (table, stats)) = match tokio::try_join!(read, pipeline) {
+        Ok(done) => done,
+        Err(Error::ClientGone { reason, .. }) => {
+            return Err(Error::ClientGone {
+                reason,
+                committed_rows,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     if stopped {
         return Err(Error::ShuttingDown {
             committed_rows: stats.rows,
@@ -297,8 +309,9 @@ fn ack(
     }
 }
 
-/// Maps a decode-side Flight error to skade's error; a message over the size limit
-/// becomes [`Error::MessageTooLarge`] naming the limit.
+/// Maps a decode-side Flight error to skade's error: a message over the size limit
+/// becomes [`Error::MessageTooLarge`] naming the limit; a client that left becomes
+/// [`Error::ClientGone`] (with 0 rows: the caller fills in what it committed).
 pub(crate) fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
     match e {
         FlightError::Tonic(status)
@@ -309,7 +322,13 @@ pub(crate) fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
                 detail: status.message().to_string(),
             }
         }
-        FlightError::Tonic(status) => Error::Transport(status),
+        FlightError::Tonic(status) => match crate::error::client_ending(&status) {
+            Some(reason) => Error::ClientGone {
+                reason,
+                committed_rows: 0,
+            },
+            None => Error::Transport(status),
+        },
         other => Error::Decode {
             reason: other.to_string(),
         },

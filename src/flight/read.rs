@@ -82,21 +82,34 @@ pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStre
     Ok(Box::pin(stream))
 }
 
-/// The `FlightInfo` of every table in every namespace.
+/// The `FlightInfo` of every table whose dotted name (`ns.table`, nested namespaces
+/// joined by `.` too) starts with `prefix`, in name order. An empty prefix lists every
+/// table; `demo.` lists the tables of namespace `demo` and of those nested in it;
+/// `demo.pe` those of `demo` whose name starts with `pe`.
 ///
 /// # Errors
 /// Catalog failures while listing.
-pub(crate) async fn list(svc: &Service) -> Result<Vec<FlightInfo>, Error> {
+pub(crate) async fn list(svc: &Service, prefix: &str) -> Result<Vec<FlightInfo>, Error> {
     let catalog: &dyn Catalog = svc.catalog.as_ref();
     let err = |source: iceberg::Error| Error::catalog(&"*", source);
     let mut pending: Vec<NamespaceIdent> = catalog.list_namespaces(None).await.map_err(err)?;
-    let mut infos = Vec::new();
+    let mut idents = Vec::new();
     while let Some(ns) = pending.pop() {
         pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
-        for ident in catalog.list_tables(&ns).await.map_err(err)? {
-            let table = load(svc, &ident).await?;
-            infos.push(info_of(&table)?);
-        }
+        idents.extend(
+            catalog
+                .list_tables(&ns)
+                .await
+                .map_err(err)?
+                .into_iter()
+                .map(|ident| (ident.to_string(), ident))
+                .filter(|(name, _)| name.starts_with(prefix)),
+        );
+    }
+    idents.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut infos = Vec::with_capacity(idents.len());
+    for (_, ident) in idents {
+        infos.push(info_of(&load(svc, &ident).await?)?);
     }
     Ok(infos)
 }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use iceberg::TableIdent;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::Service;
@@ -339,7 +339,12 @@ impl Transactions {
             registry.sessions.insert(session.clone(), id);
         }
         self.active.set(registry.open.len() as i64);
-        info!(transaction = %id, session = ?session.as_ref().map(ToString::to_string), "transaction begun");
+        // At debug: the ADBC driver begins one on every connect and after every end.
+        debug!(
+            transaction = %id,
+            session = session.as_ref().map(tracing::field::display),
+            "transaction begun"
+        );
         Ok(id)
     }
 
@@ -467,11 +472,21 @@ impl Transactions {
         Ok(())
     }
 
+    /// Records `txn`'s outcome, discards its staged files and logs its end once: at
+    /// `info` when it had staged something or timed out, at `debug` for the empty
+    /// rollback every ADBC `conn.close()` (and `rollback()`) sends. The outcome is
+    /// recorded before the files go, so a client that sees them gone also sees why.
     async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
         let mut state = txn.state.lock().await;
+        let tables = state.tables.len();
+        let files: usize = state.tables.iter().map(|s| s.files.len()).sum();
+        self.finish(txn, outcome.clone());
         state.discard().await;
-        info!(transaction = %txn.id, outcome = %outcome, "transaction rolled back");
-        self.finish(txn, outcome);
+        if tables > 0 || outcome == Outcome::TimedOut {
+            info!(transaction = %txn.id, outcome = %outcome, tables, files, "transaction rolled back");
+        } else {
+            debug!(transaction = %txn.id, outcome = %outcome, "transaction rolled back");
+        }
     }
 
     /// `CloseSession`: rolls back every open transaction of `session` and forgets it.
@@ -538,7 +553,7 @@ impl Transactions {
             expired
         };
         for txn in expired {
-            warn!(transaction = %txn.id, timeout = ?self.timeout, "transaction idle too long");
+            // Logged once, by `roll_back`, with the outcome naming the idle timeout.
             self.roll_back(&txn, Outcome::TimedOut).await;
         }
     }

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
 use serde::Serialize;
-use tracing::{debug, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::auth::Tokens;
 use crate::catalog::RedbCatalog;
@@ -132,10 +132,13 @@ impl RestError {
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let (status, kind) = self.status_and_type();
+        // As a Flight RPC's failure: the server's at `warn`, the client's at `info`, in
+        // the request's `rest` span (method, path, peer). A missing token is logged where
+        // it is refused (`unauthenticated`).
         if status.is_server_error() {
-            warn!(error = %self, "rest catalog request failed");
-        } else {
-            debug!(error = %self, "rest catalog request refused");
+            warn!(code = status.as_u16(), error = %self, "request failed");
+        } else if !matches!(self, Self::NotAuthorized) {
+            info!(code = status.as_u16(), error = %self, "request refused");
         }
         let body = ErrorResponse {
             error: ErrorModel {
@@ -171,10 +174,32 @@ pub fn router(catalog: Arc<RedbCatalog>, tokens: Option<Arc<Tokens>>) -> Router 
             get(load_table).head(table_exists),
         )
         .with_state(catalog);
-    match tokens {
+    let routes = match tokens {
         Some(tokens) => routes.layer(axum::middleware::from_fn_with_state(tokens, require_bearer)),
         None => routes,
-    }
+    };
+    routes.layer(axum::middleware::from_fn(in_span))
+}
+
+/// Runs a REST request in a `rest` span with its `method`, `path` and `peer`, as a Flight
+/// RPC runs in its `rpc` span.
+async fn in_span(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let span = info_span!(
+        "rest",
+        method = %request.method(),
+        path = %request.uri().path(),
+        peer = %peer_of(&request),
+    );
+    next.run(request).instrument(span).await
+}
+
+/// The client's address (empty when the server runs without connect info).
+fn peer_of(request: &axum::extract::Request) -> String {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| info.0.to_string())
+        .unwrap_or_default()
 }
 
 /// Refuses a request without a valid bearer token with 401 and the spec's error body.
@@ -191,6 +216,12 @@ async fn require_bearer(
         next.run(request).await
     } else {
         tokens.refused(crate::auth::SURFACE_REST);
+        // The same event as a refused Flight call (`auth::FlightGuard`).
+        info!(
+            peer = %peer_of(&request),
+            header = if header.is_some() { "invalid" } else { "missing" },
+            "unauthenticated"
+        );
         RestError::NotAuthorized.into_response()
     }
 }

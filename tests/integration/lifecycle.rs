@@ -6,22 +6,10 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use arrow_flight::FlightDescriptor;
-use arrow_flight::encode::FlightDataEncoderBuilder;
-use common::{TestServer, count, get, synthetic_batch, synthetic_schema, within};
+use common::{TestServer, count, free_port, get, synthetic_batch, within};
 use futures::StreamExt;
 use prost::Message;
 use skade::proto::CommitAck;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn serve(dir: &std::path::Path, flight: u16, metrics: u16) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_skade"))
@@ -52,8 +40,9 @@ async fn wait_healthy(metrics: u16) {
     }
 }
 
-/// RED once: with `main` returning success on a start error, the second process exited 0
-/// and the exit-status assertion failed.
+/// The second process says so in one line naming `--data-dir`, without iceberg's error
+/// wrapper. Catches: `main` returning success on a start error; the error printed twice
+/// (an ERROR line and a plain line); the lock error inside `Unexpected, context: ...`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_process_on_the_same_data_dir_fails_naming_the_lock_and_sigterm_exits_0() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,7 +58,14 @@ async fn second_process_on_the_same_data_dir_fails_naming_the_lock_and_sigterm_e
         "the second process must exit non-zero"
     );
     let stderr = String::from_utf8_lossy(&second.stderr);
+    let lines: Vec<_> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line per start-up error: {stderr}");
     assert!(stderr.contains("Cannot acquire lock"), "{stderr}");
+    assert!(stderr.contains("--data-dir"), "names the flag: {stderr}");
+    assert!(
+        !stderr.contains("Unexpected") && !stderr.contains("context"),
+        "no iceberg error wrapper: {stderr}"
+    );
 
     // SIGTERM: clean exit 0.
     let pid = first.id() as i32;
@@ -98,15 +94,7 @@ async fn shutdown_commits_what_open_streams_sent_and_ends_them_unavailable() {
     let server =
         TestServer::start_with(|c| c.ingest.commit_interval = Duration::from_secs(3600)).await;
     let mut client = server.client().await;
-    let (batch_tx, batch_rx) = mpsc::channel(4);
-    let data = FlightDataEncoderBuilder::new()
-        .with_schema(synthetic_schema())
-        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-            "ns".into(),
-            "open".into(),
-        ])))
-        .build(ReceiverStream::new(batch_rx).map(Ok));
-    let mut results = client.do_put(data).await.unwrap();
+    let (batch_tx, mut results) = common::open_stream(&mut client, &["ns", "open"]).await;
     batch_tx.send(synthetic_batch(0, 100)).await.unwrap();
     batch_tx.send(synthetic_batch(100, 100)).await.unwrap();
     // Let the batches reach the server (no ack comes before a commit).
@@ -147,4 +135,79 @@ async fn shutdown_commits_what_open_streams_sent_and_ends_them_unavailable() {
     let got = get(&mut server.client().await, &["ns", "open"]).await;
     assert_eq!(count(&got), 200);
     server.stop().await;
+}
+
+/// `skade serve` with `args` (after `serve`), its output captured, run to its exit.
+fn serve_once(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_skade"))
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run skade")
+}
+
+/// An address in use stops the start with ONE line naming the flag and the address, the
+/// exit status is non-zero, and nothing is created on disk (the data dir stays absent).
+/// Catches: "Address already in use" without the flag, the error printed twice, and the
+/// data dir created before the failing bind.
+#[test]
+fn an_address_in_use_is_one_line_naming_the_flag_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    for (flag, other) in [
+        ("--flight-addr", "--metrics-addr"),
+        ("--metrics-addr", "--flight-addr"),
+    ] {
+        let out = serve_once(&[
+            "--data-dir",
+            data.to_str().unwrap(),
+            flag,
+            &taken_addr,
+            other,
+            "127.0.0.1:0",
+        ]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<_> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(stderr.contains(flag), "names {flag}: {stderr}");
+        assert!(stderr.contains(&taken_addr), "names the address: {stderr}");
+        assert!(stderr.contains("in use"), "says why: {stderr}");
+        assert!(!data.exists(), "a failed start created {}", data.display());
+    }
+    drop(taken);
+}
+
+/// Host names are accepted as listen addresses: `localhost:PORT` serves on 127.0.0.1.
+/// Catches: `--flight-addr localhost:50051` refused as "invalid socket address syntax".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_are_accepted_as_addresses() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skade"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--flight-addr", "localhost:0"])
+        .args(["--metrics-addr", &format!("localhost:{metrics}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn skade");
+    wait_healthy(metrics).await;
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = within(30, async {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(status.success(), "{status}");
 }

@@ -1,26 +1,22 @@
 //! Operating skade: `/readyz`, the limits on open streams and transactions, and the logs
 //! of the real binary (JSON lines, one span per RPC, one `committed` event per commit,
-//! errors once, tokens never, the token file re-read on SIGHUP).
+//! errors once, a client that left at info, tokens never, the token file re-read on
+//! SIGHUP).
 
 use crate::common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use arrow_flight::FlightDescriptor;
-use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use arrow_flight::sql::{
     CommandStatementIngest, EndTransaction, TableDefinitionOptions, TableExistsOption,
     TableNotExistOption,
 };
 use common::{
-    TestServer, client_at, count, get, put, status_of, synthetic_batch, synthetic_schema, within,
+    Binary, TestServer, client_at, count, get, message_of, put, status_of, synthetic_batch, within,
 };
 use futures::{StreamExt, TryStreamExt};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -77,15 +73,7 @@ async fn a_put_over_max_streams_is_resource_exhausted() {
     .await;
     within(60, async {
         let mut first = server.client().await;
-        let (batch_tx, batch_rx) = mpsc::channel(4);
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(synthetic_schema())
-            .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-                "lim".into(),
-                "open".into(),
-            ])))
-            .build(ReceiverStream::new(batch_rx).map(Ok));
-        let results = first.do_put(data).await.expect("first put");
+        let (batch_tx, results) = common::open_stream(&mut first, &["lim", "open"]).await;
         batch_tx.send(synthetic_batch(0, 10)).await.expect("send");
 
         let mut second = server.client().await;
@@ -181,67 +169,49 @@ async fn a_transaction_over_max_transactions_is_resource_exhausted() {
     server.stop().await;
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-async fn wait_healthy(metrics: std::net::SocketAddr, child: &mut std::process::Child) {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("skade exited early: {status}");
-        }
-        if tokio::net::TcpStream::connect(metrics).await.is_ok()
-            && common::http_get(metrics, "/healthz").await.0 == 200
-        {
-            return;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "never healthy");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Begins a Flight SQL transaction at `flight` and rolls it back with nothing staged, as
+/// the ADBC driver does on every connect and `close()`; `token` is the bearer token.
+async fn begin_and_roll_back(flight: std::net::SocketAddr, token: Option<&str>) {
+    let channel = Channel::from_shared(format!("http://{flight}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connect");
+    let mut sql = FlightSqlServiceClient::new(channel);
+    if let Some(token) = token {
+        sql.set_header("authorization", format!("Bearer {token}"));
     }
+    let id = sql.begin_transaction().await.expect("begin");
+    sql.end_transaction(id, EndTransaction::Rollback)
+        .await
+        .expect("rollback");
 }
 
 /// The real binary with `--log-format json`, `RUST_LOG=debug` and a token file: every
-/// stderr line is one JSON object; the put's `committed` event (once) carries table,
-/// snapshot id, rows, bytes and seconds inside the `rpc` span of `DoPut` with the table;
-/// a refused call is an `unauthenticated` event; a failed read is logged once; SIGHUP
-/// re-reads the token file; and no token value appears anywhere in the log.
-/// RED once: with the `rpc` span's `table` never recorded (the `auth::record` call in
-/// `do_put` removed), the `committed` event's span list had no table.
+/// stderr line is one JSON object; the start-up line names both addresses, the data dir,
+/// the warehouse, auth and TLS; the put's `committed` event (once) carries table, snapshot
+/// id (a string: ids exceed 2^53, which JSON readers round), rows, bytes and seconds
+/// inside the `rpc` span of `DoPut` with the table; a refused Flight call and a refused
+/// REST call are each one `unauthenticated` event; a failed read is logged once; SIGHUP
+/// re-reads the token file; no `Some(...)` and no token value appears anywhere.
+/// Catches: the `rpc` span's `table` never recorded (the `auth::record` call in `do_put`
+/// removed), a numeric `snapshot_id`, a start-up line without auth/TLS, a REST 401 that
+/// is counted but not logged, and a session logged as `Some("peer:...")`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tokens = dir.path().join("tokens");
     let (first, second) = ("first-token-5b1e", "second-token-a07c");
     std::fs::write(&tokens, format!("{first}\n")).expect("tokens");
-    let (flight, metrics) = (free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skade"))
-        .args(["serve", "--log-format", "json", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .args(["--flight-addr", &format!("127.0.0.1:{flight}")])
-        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
-        .arg("--auth-token-file")
-        .arg(&tokens)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn skade");
-    let stderr = child.stderr.take().expect("stderr");
-    let lines = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<_>>()
-    });
-    let flight_addr = format!("127.0.0.1:{flight}").parse().expect("addr");
-    let metrics_addr = format!("127.0.0.1:{metrics}").parse().expect("addr");
+    let token_flag = tokens.to_str().expect("utf-8 path");
+    let binary = Binary::serve(
+        &dir.path().join("data"),
+        "debug",
+        &["--auth-token-file", token_flag],
+    )
+    .await;
     within(60, async {
-        wait_healthy(metrics_addr, &mut child).await;
-        let mut client = client_at(flight_addr).await;
+        let mut client = client_at(binary.flight).await;
         client
             .add_header("authorization", &format!("Bearer {first}"))
             .expect("header");
@@ -257,7 +227,13 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
             .expect_err("missing table");
         assert_eq!(status_of(e).0, Code::NotFound);
 
-        let mut wrong = client_at(flight_addr).await;
+        // A transaction begun and rolled back (the session is logged at debug).
+        begin_and_roll_back(binary.flight, Some(first)).await;
+
+        let (status, _) = common::http_get(binary.metrics, "/v1/config").await;
+        assert_eq!(status, 401);
+
+        let mut wrong = client_at(binary.flight).await;
         wrong
             .add_header("authorization", &format!("Bearer {second}"))
             .expect("header");
@@ -268,8 +244,7 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
 
         // SIGHUP re-reads the file: the second token works from then on.
         std::fs::write(&tokens, format!("{first}\n{second}\n")).expect("tokens");
-        // SAFETY: signalling our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+        binary.signal(libc::SIGHUP);
         let started = Instant::now();
         loop {
             match wrong.list_flights("").await {
@@ -286,53 +261,106 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
         }
     })
     .await;
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "{status}");
-    let lines = lines.join().expect("stderr reader");
+    let (flight, metrics) = (binary.flight, binary.metrics);
+    let events = binary.stop();
 
-    let events: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
-        .collect();
-    for line in &lines {
+    for event in &events {
+        let line = event.to_string();
         assert!(
             !line.contains(first) && !line.contains(second),
             "a token in the log: {line}"
         );
+        assert!(!line.contains("Some("), "a Debug dump in the log: {line}");
     }
-    let message = |e: &serde_json::Value| e["message"].as_str().unwrap_or_default().to_string();
-    let rpc_of = |e: &serde_json::Value| {
+    let span_of = |e: &serde_json::Value, name: &str| {
         e["spans"]
             .as_array()
-            .and_then(|spans| spans.iter().find(|s| s["name"] == "rpc").cloned())
+            .and_then(|spans| spans.iter().find(|s| s["name"] == name).cloned())
     };
+
+    let serving: Vec<_> = events
+        .iter()
+        .filter(|e| message_of(e) == "serving")
+        .collect();
+    assert_eq!(serving.len(), 1, "one start-up line: {serving:?}");
+    let s = serving[0];
+    assert_eq!(s["flight_addr"], flight.to_string(), "{s}");
+    assert_eq!(s["metrics_addr"], metrics.to_string(), "{s}");
+    assert!(
+        s["data_dir"].as_str().is_some_and(|d| d.ends_with("data")),
+        "{s}"
+    );
+    assert!(
+        s["warehouse"]
+            .as_str()
+            .is_some_and(|w| w.ends_with("warehouse")),
+        "{s}"
+    );
+    assert_eq!(s["auth"], "bearer tokens", "{s}");
+    assert_eq!(s["tls"], "off", "{s}");
 
     let committed: Vec<_> = events
         .iter()
-        .filter(|e| message(e) == "committed")
+        .filter(|e| message_of(e) == "committed")
         .collect();
     assert_eq!(committed.len(), 1, "one commit, one event: {committed:?}");
     let c = committed[0];
     assert_eq!(c["table"], "logs.t");
     assert_eq!(c["rows"], 100);
-    assert!(c["snapshot_id"].as_i64().is_some_and(|id| id != 0), "{c}");
+    assert!(
+        c["snapshot_id"]
+            .as_str()
+            .and_then(|id| id.parse::<i64>().ok())
+            .is_some_and(|id| id != 0),
+        "snapshot_id is a string of the id: {c}"
+    );
     assert!(c["bytes"].as_u64().is_some_and(|b| b > 0), "{c}");
     assert!(c["seconds"].as_f64().is_some(), "{c}");
-    let rpc = rpc_of(c).expect("committed inside an rpc span");
+    let rpc = span_of(c, "rpc").expect("committed inside an rpc span");
     assert_eq!(rpc["method"], "DoPut", "{rpc}");
     assert_eq!(rpc["table"], "logs.t", "{rpc}");
 
+    let begun: Vec<_> = events
+        .iter()
+        .filter(|e| message_of(e) == "transaction begun")
+        .collect();
+    assert_eq!(begun.len(), 1, "{begun:?}");
+    assert!(
+        begun[0]["session"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("peer:127.0.0.1:")),
+        "the session as plain text: {}",
+        begun[0]
+    );
+
     let refused: Vec<_> = events
         .iter()
-        .filter(|e| message(e) == "unauthenticated")
+        .filter(|e| message_of(e) == "unauthenticated")
         .collect();
-    // One per refused call: the first, and any retries before SIGHUP took effect.
-    assert!(!refused.is_empty());
+    // Flight: the first refusal and any retries before SIGHUP took effect; REST: one.
     assert!(
-        refused.iter().all(|e| e["header"] == "invalid"),
+        refused
+            .iter()
+            .all(|e| e["header"] == "invalid" || e["header"] == "missing"),
         "{refused:?}"
+    );
+    let rest: Vec<_> = refused
+        .iter()
+        .filter_map(|e| span_of(e, "rest").map(|span| (e, span)))
+        .collect();
+    assert_eq!(rest.len(), 1, "one refused REST call: {refused:?}");
+    assert_eq!(rest[0].0["header"], "missing");
+    assert_eq!(rest[0].1["path"], "/v1/config");
+    assert!(
+        rest[0].0["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{:?}",
+        rest[0]
+    );
+    assert!(
+        refused.iter().any(|e| span_of(e, "rpc").is_some()),
+        "the refused Flight call: {refused:?}"
     );
 
     let not_found: Vec<_> = events.iter().filter(|e| e["code"] == "NotFound").collect();
@@ -341,16 +369,84 @@ async fn json_logs_one_span_per_rpc_one_commit_event_and_no_token() {
         1,
         "a failed RPC is logged once: {not_found:?}"
     );
-    let rpc = rpc_of(not_found[0]).expect("inside an rpc span");
+    let rpc = span_of(not_found[0], "rpc").expect("inside an rpc span");
     assert_eq!(rpc["method"], "GetFlightInfo");
     assert_eq!(rpc["table"], "logs.nope");
 
     assert!(
         events
             .iter()
-            .any(|e| message(e) == "token file re-read" && e["tokens"] == 2),
+            .any(|e| message_of(e) == "token file re-read" && e["tokens"] == 2),
         "SIGHUP re-read"
     );
+}
+
+/// A client killed mid-put (its connection closes under an open stream) is not a server
+/// failure: one `client left` event at info with the rows committed before, counted as
+/// `skade_ingest_errors_total{code="Cancelled"}`; no WARN line and no `Unknown` anywhere.
+/// The ADBC open/close churn (an empty transaction begun and rolled back) logs nothing at
+/// info. Catches: the reset logged `WARN request failed code=Unknown` with a hyper `Debug`
+/// dump and counted under `code="Unknown"`; "transaction begun"/"rolled back" at info.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_killed_mid_put_is_an_info_event_counted_as_cancelled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = Binary::serve(
+        &dir.path().join("data"),
+        "info",
+        &["--commit-interval", "100ms"],
+    )
+    .await;
+    within(60, async {
+        let (relay_addr, relay) = common::relay(binary.flight).await;
+        let mut client = client_at(relay_addr).await;
+        let (batch_tx, mut results) = common::open_stream(&mut client, &["gone", "t"]).await;
+        batch_tx.send(synthetic_batch(0, 100)).await.expect("send");
+        // The commit interval commits the first 100 rows while the stream stays open.
+        let ack = results.next().await.expect("an ack").expect("ack");
+        let ack = <skade::proto::CommitAck as prost::Message>::decode(ack.app_metadata)
+            .expect("CommitAck");
+        assert_eq!(ack.committed_rows, 100);
+        batch_tx
+            .send(synthetic_batch(100, 100))
+            .await
+            .expect("send");
+        // Kill the client: every relayed connection closes at once, mid-stream.
+        relay.abort();
+        let _ = relay.await;
+        drop(results);
+        let started = Instant::now();
+        loop {
+            let (_, body) = common::http_get(binary.metrics, "/metrics").await;
+            if common::metric(&body, "skade_ingest_errors_total{code=\"Cancelled\"}") == 1.0 {
+                assert!(!body.contains("code=\"Unknown\""), "{body}");
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // ADBC's churn: BeginTransaction on connect, an empty rollback on close.
+        begin_and_roll_back(binary.flight, None).await;
+    })
+    .await;
+    let events = binary.stop();
+    for event in &events {
+        let line = event.to_string();
+        assert_ne!(event["level"], "WARN", "{line}");
+        assert!(!line.contains("Unknown"), "{line}");
+        assert!(
+            !message_of(event).starts_with("transaction "),
+            "ADBC churn at info: {line}"
+        );
+    }
+    let left: Vec<_> = events
+        .iter()
+        .filter(|e| message_of(e) == "client left")
+        .collect();
+    assert_eq!(left.len(), 1, "{events:?}");
+    assert_eq!(left[0]["level"], "INFO");
+    assert_eq!(left[0]["code"], "Cancelled");
+    assert_eq!(left[0]["committed_rows"], 100, "{}", left[0]);
 }
 
 /// A `grpc.health.v1` Watch sees `SERVING`, then `NOT_SERVING` when shutdown begins,

@@ -130,3 +130,65 @@ async fn healthz_answers_and_unknown_tables_are_not_found() {
     assert_eq!(status.code(), Code::NotFound, "{status}");
     server.stop().await;
 }
+
+/// `ListFlights` lists tables in name order, and its criteria expression is a prefix of
+/// the dotted table name: `demo.` is namespace `demo`, `demo.b` its tables starting with
+/// `b`, an empty expression every table; a non-UTF-8 one is `InvalidArgument`.
+/// Catches: the criteria ignored (every table listed) and tables listed in the order the
+/// catalog walk happened to visit them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_flights_filters_by_name_prefix_in_name_order() {
+    use futures::TryStreamExt;
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    within(60, async {
+        for path in [
+            ["other", "c"],
+            ["demo", "b2"],
+            ["demo2", "x"],
+            ["demo", "a"],
+            ["demo", "b1"],
+        ] {
+            put(&mut client, &path, vec![synthetic_batch(0, 1)])
+                .await
+                .expect("put");
+        }
+        let mut names = async |criteria: &'static [u8]| -> Vec<String> {
+            client
+                .list_flights(criteria)
+                .await
+                .expect("list")
+                .try_collect::<Vec<_>>()
+                .await
+                .expect("list")
+                .iter()
+                .map(|info| {
+                    info.flight_descriptor
+                        .as_ref()
+                        .expect("descriptor")
+                        .path
+                        .join(".")
+                })
+                .collect()
+        };
+        assert_eq!(
+            names(b"").await,
+            ["demo.a", "demo.b1", "demo.b2", "demo2.x", "other.c"]
+        );
+        assert_eq!(names(b"demo.").await, ["demo.a", "demo.b1", "demo.b2"]);
+        assert_eq!(names(b"demo.b").await, ["demo.b1", "demo.b2"]);
+        assert_eq!(names(b"demo").await.len(), 4);
+        assert!(names(b"nothing").await.is_empty());
+        let e = client
+            .list_flights(&b"\xff"[..])
+            .await
+            .err()
+            .expect("non-UTF-8 criteria");
+        let arrow_flight::error::FlightError::Tonic(status) = e else {
+            panic!("not a status: {e}");
+        };
+        assert_eq!(status.code(), Code::InvalidArgument, "{status}");
+    })
+    .await;
+    server.stop().await;
+}

@@ -14,7 +14,8 @@ Run (from the repository root, after ``cargo build``)::
 
 Environment:
 
-* ``SKADE_BIN`` -- the skade binary to test (default ``<repo>/target/debug/skade``).
+* ``SKADE_BIN`` -- the skade binary to test (default ``$CARGO_TARGET_DIR/debug/skade``,
+  ``<repo>/target/debug/skade`` when ``CARGO_TARGET_DIR`` is unset).
 
 The server's stdout/stderr go to ``skade.log`` in the session's pytest temp dir
 (``pytest --basetemp DIR`` to choose where); its tail is shown when the server
@@ -37,7 +38,7 @@ from typing import Iterator
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_BIN = REPO_ROOT / "target" / "debug" / "skade"
+DEFAULT_BIN = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target") / "debug" / "skade"
 
 HEALTH_TIMEOUT_S = 60.0
 TERM_TIMEOUT_S = 20.0

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Lints what operators run: the Dockerfile with hadolint, and the Kubernetes manifests in
+# Lints what operators run: the Dockerfile with hadolint, the Kubernetes manifests in
 # deploy/ with kubernetes-validate (strict: an unknown field fails) against the oldest and
-# the newest Kubernetes minor versions maintained upstream. Both tools come from PyPI
+# the newest Kubernetes minor versions maintained upstream, the Prometheus rules with
+# `promtool check rules` and their unit tests with `promtool test rules`
+# (tests/ops/install-prometheus.sh), and the Grafana dashboard as JSON. hadolint and
+# kubernetes-validate come from PyPI
 # (tests/ops/requirements.txt) into .venv; no Docker engine or cluster is needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,3 +15,8 @@ for version in 1.35 1.37; do
     .venv/bin/kubernetes-validate --strict --quiet -k "$version" deploy/*.yaml
     echo "kubernetes-validate: deploy/ ok against Kubernetes $version"
 done
+promtool check rules deploy/prometheus/skade-rules.yaml
+promtool test rules deploy/prometheus/skade-rules.test.yaml
+echo "promtool: deploy/prometheus rules ok and their unit tests pass"
+.venv/bin/python -m json.tool deploy/grafana/skade-dashboard.json >/dev/null
+echo "deploy/grafana/skade-dashboard.json is JSON"

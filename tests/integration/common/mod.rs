@@ -429,3 +429,127 @@ pub fn status_of(err: arrow_flight::error::FlightError) -> (tonic::Code, String)
         other => panic!("not a gRPC status: {other}"),
     }
 }
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The real `skade` binary, started by [`Binary::serve`] with JSON logs on free loopback
+/// ports; its stderr lines are collected until it exits.
+pub struct Binary {
+    pub child: std::process::Child,
+    pub flight: std::net::SocketAddr,
+    pub metrics: std::net::SocketAddr,
+    lines: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl Binary {
+    /// `skade serve --log-format json` on `data_dir` with `RUST_LOG=rust_log` and `extra`
+    /// flags; waits until `/healthz` answers.
+    pub async fn serve(data_dir: &Path, rust_log: &str, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        let (flight, metrics) = (free_port(), free_port());
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skade"))
+            .args(["serve", "--log-format", "json", "--data-dir"])
+            .arg(data_dir)
+            .args(["--flight-addr", &format!("127.0.0.1:{flight}")])
+            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args(extra)
+            .env("RUST_LOG", rust_log)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skade");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = std::thread::spawn(move || {
+            std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        let binary = Self {
+            child,
+            flight: ([127, 0, 0, 1], flight).into(),
+            metrics: ([127, 0, 0, 1], metrics).into(),
+            lines: Some(lines),
+        };
+        binary.wait_healthy().await;
+        binary
+    }
+
+    async fn wait_healthy(&self) {
+        let started = std::time::Instant::now();
+        loop {
+            if tokio::net::TcpStream::connect(self.metrics).await.is_ok()
+                && http_get(self.metrics, "/healthz").await.0 == 200
+            {
+                return;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "skade never became healthy"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+
+    /// SIGTERM, waits for a clean exit 0, and returns every stderr line parsed as JSON.
+    pub fn stop(mut self) -> Vec<serde_json::Value> {
+        self.signal(libc::SIGTERM);
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "exit status after SIGTERM: {status}");
+        self.lines
+            .take()
+            .expect("lines")
+            .join()
+            .expect("stderr reader")
+            .iter()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `message` of a JSON log event.
+pub fn message_of(event: &serde_json::Value) -> &str {
+    event["message"].as_str().unwrap_or_default()
+}
+
+/// Opens a DoPut stream of the synthetic schema to `path` that stays open: send batches on
+/// the returned sender (dropping it ends the stream normally); the server's results
+/// (acks, then the end or a status) arrive on the returned stream.
+pub async fn open_stream(
+    client: &mut FlightClient,
+    path: &[&str],
+) -> (
+    tokio::sync::mpsc::Sender<RecordBatch>,
+    futures::stream::BoxStream<'static, Result<PutResult, arrow_flight::error::FlightError>>,
+) {
+    let (batch_tx, batch_rx) = tokio::sync::mpsc::channel(4);
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(synthetic_schema())
+        .with_flight_descriptor(Some(FlightDescriptor::new_path(
+            path.iter().map(|s| s.to_string()).collect(),
+        )))
+        .build(tokio_stream::wrappers::ReceiverStream::new(batch_rx).map(Ok));
+    let results = client.do_put(data).await.expect("open the put");
+    (batch_tx, results.boxed())
+}
