@@ -81,6 +81,35 @@ pub struct Config {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub security: SecurityConfig,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub maintenance: MaintenanceConfig,
+}
+
+/// Online table maintenance: snapshot expiry, manifest merging and file cleanup, run in
+/// the background for every table (README, "Table maintenance").
+#[derive(Debug, Clone, Args)]
+pub struct MaintenanceConfig {
+    /// Run table maintenance in the background (`true` or `false`).
+    #[arg(long = "maintenance", env = "SKADE_MAINTENANCE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enabled: bool,
+
+    /// How often every table is checked for expiry, merging and cleanup (e.g. `1s`).
+    #[arg(long, env = "SKADE_MAINTENANCE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub maintenance_interval: Duration,
+
+    /// Most snapshots a table's `main` history keeps, on top of Iceberg's age rules
+    /// (`history.expire.*`); the table property `skade.history.expire.max-snapshots`
+    /// overrides it. `0`: no count bound.
+    #[arg(long, env = "SKADE_MAX_SNAPSHOTS", default_value = "100")]
+    pub max_snapshots: usize,
+
+    /// How long an unreferenced file is kept after the commit that dropped it (and how
+    /// old a leftover must be) before cleanup removes it, so readers that loaded the
+    /// table before that commit can finish their scans (e.g. `10m`).
+    #[arg(long, env = "SKADE_CLEANUP_GRACE", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub cleanup_grace: Duration,
 }
 
 /// TLS and authentication of the Flight address (the metrics address stays plain HTTP).

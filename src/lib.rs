@@ -11,6 +11,7 @@ pub mod error;
 pub mod flight;
 pub mod http;
 pub mod logging;
+pub mod maintenance;
 pub mod metrics;
 pub mod read;
 pub mod rest;
@@ -128,6 +129,8 @@ pub struct Running {
     health: tonic_health::server::HealthReporter,
     shutdown_timeout: std::time::Duration,
     tasks: Vec<JoinHandle<Result<(), StartError>>>,
+    /// The background table maintenance, when on.
+    maintenance: Option<JoinHandle<()>>,
 }
 
 impl Running {
@@ -163,6 +166,13 @@ impl Running {
                 open_puts = self.service.puts.len(),
                 "shutdown timeout: abandoning open puts (their un-acked rows are not committed)"
             );
+        }
+        // Maintenance stops at once (its task ends on the shutdown token); waiting for it
+        // means the catalog file is closed when this returns.
+        if let Some(task) = self.maintenance.take()
+            && tokio::time::timeout_at(deadline, task).await.is_err()
+        {
+            tracing::warn!("shutdown timeout: table maintenance did not stop in time");
         }
         for task in self.tasks.drain(..) {
             match tokio::time::timeout_at(deadline, task).await {
@@ -239,6 +249,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .memory_budget_bytes
         .set(i64::try_from(service.budget.total_bytes()).unwrap_or(i64::MAX));
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
+    let maintenance = config.maintenance.enabled.then(|| {
+        Arc::new(maintenance::Maintainer::new(
+            service.catalog.clone(),
+            config.maintenance.clone(),
+            metrics.clone(),
+        ))
+        .spawn(service.shutdown.clone())
+    });
 
     let limit = usize::try_from(config.ingest.max_message_size).unwrap_or(usize::MAX);
     let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
@@ -301,6 +319,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         health,
         shutdown_timeout: config.ingest.shutdown_timeout,
         tasks: vec![flight_task, http_task],
+        maintenance,
     })
 }
 

@@ -4,8 +4,8 @@
 //! one process — as in the tests — count separately.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Durable redb write transactions on the data paths (= commit fsyncs).
@@ -45,10 +45,36 @@ pub const READY: &str = "skade_ready";
 /// catalog routes).
 pub const AUTH_FAILURES_TOTAL: &str = "skade_auth_failures_total";
 
+/// Snapshots removed by maintenance expiry commits.
+pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "skade_snapshots_expired_total";
+/// Manifests replaced by merged ones in maintenance commits.
+pub const MANIFESTS_MERGED_TOTAL: &str = "skade_manifests_merged_total";
+/// Files written by maintenance commits in place of others (merged manifests), label
+/// `kind` = `manifest`.
+pub const FILES_REWRITTEN_TOTAL: &str = "skade_files_rewritten_total";
+/// Bytes of [`FILES_REWRITTEN_TOTAL`], label `kind`.
+pub const BYTES_REWRITTEN_TOTAL: &str = "skade_bytes_rewritten_total";
+/// Unreferenced files removed by online cleanup, label `kind` = `data` | `manifest` |
+/// `manifest_list` | `metadata` | `other`.
+pub const FILES_DELETED_TOTAL: &str = "skade_files_deleted_total";
+/// Bytes of [`FILES_DELETED_TOTAL`], label `kind`.
+pub const BYTES_DELETED_TOTAL: &str = "skade_bytes_deleted_total";
+/// Failed maintenance jobs, label `job` = `expire` | `merge` | `cleanup`.
+pub const MAINTENANCE_ERRORS_TOTAL: &str = "skade_maintenance_errors_total";
+/// Snapshots in a table's metadata, label `table` (one series per catalog table; a
+/// dropped table's series is removed).
+pub const TABLE_SNAPSHOTS: &str = "skade_table_snapshots";
+/// Manifests listed by a table's current snapshot, label `table`.
+pub const TABLE_MANIFESTS: &str = "skade_table_manifests";
+/// Live data files of a table's current snapshot, label `table`.
+pub const TABLE_DATA_FILES: &str = "skade_table_data_files";
+
 /// The `lane` label of a commit on the streaming put.
 pub const LANE_STREAM: &str = "stream";
 /// The `lane` label of a multi-table commit.
 pub const LANE_MULTI: &str = "multi";
+/// The `lane` label of a table maintenance commit (expiry, manifest merge).
+pub const LANE_MAINTENANCE: &str = "maintenance";
 
 /// The metric handles of one server.
 #[derive(Debug, Clone)]
@@ -84,6 +110,26 @@ pub struct Metrics {
     pub memory_reserved_bytes: IntGauge,
     /// See [`READY`].
     pub ready: IntGauge,
+    /// See [`SNAPSHOTS_EXPIRED_TOTAL`].
+    pub snapshots_expired: IntCounter,
+    /// See [`MANIFESTS_MERGED_TOTAL`].
+    pub manifests_merged: IntCounter,
+    /// See [`FILES_REWRITTEN_TOTAL`].
+    pub files_rewritten: IntCounterVec,
+    /// See [`BYTES_REWRITTEN_TOTAL`].
+    pub bytes_rewritten: IntCounterVec,
+    /// See [`FILES_DELETED_TOTAL`].
+    pub files_deleted: IntCounterVec,
+    /// See [`BYTES_DELETED_TOTAL`].
+    pub bytes_deleted: IntCounterVec,
+    /// See [`MAINTENANCE_ERRORS_TOTAL`].
+    pub maintenance_errors: IntCounterVec,
+    /// See [`TABLE_SNAPSHOTS`].
+    pub table_snapshots: IntGaugeVec,
+    /// See [`TABLE_MANIFESTS`].
+    pub table_manifests: IntGaugeVec,
+    /// See [`TABLE_DATA_FILES`].
+    pub table_data_files: IntGaugeVec,
 }
 
 impl Metrics {
@@ -156,6 +202,55 @@ impl Metrics {
                 .expect("unique metric");
             g
         };
+        let gauge_vec = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["table"]).expect("valid metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("unique metric");
+            g
+        };
+        let snapshots_expired = counter(
+            SNAPSHOTS_EXPIRED_TOTAL,
+            "Snapshots removed by maintenance expiry commits.",
+        );
+        let manifests_merged = counter(
+            MANIFESTS_MERGED_TOTAL,
+            "Manifests replaced by merged ones in maintenance commits.",
+        );
+        let files_rewritten = counter_vec(
+            FILES_REWRITTEN_TOTAL,
+            "Files written by maintenance commits in place of others.",
+            "kind",
+        );
+        let bytes_rewritten = counter_vec(
+            BYTES_REWRITTEN_TOTAL,
+            "Bytes of files written by maintenance commits in place of others.",
+            "kind",
+        );
+        let files_deleted = counter_vec(
+            FILES_DELETED_TOTAL,
+            "Unreferenced files removed by online cleanup.",
+            "kind",
+        );
+        let bytes_deleted = counter_vec(
+            BYTES_DELETED_TOTAL,
+            "Bytes of unreferenced files removed by online cleanup.",
+            "kind",
+        );
+        let maintenance_errors = counter_vec(
+            MAINTENANCE_ERRORS_TOTAL,
+            "Failed table maintenance jobs.",
+            "job",
+        );
+        let table_snapshots = gauge_vec(TABLE_SNAPSHOTS, "Snapshots in a table's metadata.");
+        let table_manifests = gauge_vec(
+            TABLE_MANIFESTS,
+            "Manifests listed by a table's current snapshot.",
+        );
+        let table_data_files = gauge_vec(
+            TABLE_DATA_FILES,
+            "Live data files of a table's current snapshot.",
+        );
         let put_streams_active = gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams.");
         let transactions_active = gauge(TRANSACTIONS_ACTIVE, "Open Flight SQL transactions.");
         let put_streams_max = gauge(
@@ -188,6 +283,16 @@ impl Metrics {
             memory_budget_bytes,
             memory_reserved_bytes,
             ready,
+            snapshots_expired,
+            manifests_merged,
+            files_rewritten,
+            bytes_rewritten,
+            files_deleted,
+            bytes_deleted,
+            maintenance_errors,
+            table_snapshots,
+            table_manifests,
+            table_data_files,
         }
     }
 

@@ -22,12 +22,13 @@
 //! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
 //! meanwhile fails to start.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use iceberg::Catalog;
+use iceberg::spec::ManifestFile;
 use iceberg::table::Table;
-use iceberg::{Catalog, NamespaceIdent};
 use tracing::{debug, info};
 
 use super::RedbCatalog;
@@ -159,28 +160,19 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
         source: Box::new(e),
     };
 
-    let mut tables = Vec::new();
-    let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
-    while let Some(parent) = pending.pop() {
-        let children = catalog
-            .list_namespaces(parent.as_ref())
-            .await
-            .map_err(catalog_error)?;
-        for ns in children {
-            tables.extend(catalog.list_tables(&ns).await.map_err(catalog_error)?);
-            pending.push(Some(ns));
-        }
-    }
+    let tables = catalog.all_tables().await.map_err(catalog_error)?;
 
     let mut referenced = HashSet::new();
     let mut locations = Vec::new();
+    let mut walker = ReferenceWalker::default();
     for ident in &tables {
         let table_error = |e| GcError::Table {
             table: ident.to_string(),
             source: Box::new(e),
         };
         let table = catalog.load_table(ident).await.map_err(table_error)?;
-        references(&table, &mut referenced)
+        walker
+            .references(&table, &mut referenced)
             .await
             .map_err(table_error)?;
         let location = local_path(table.metadata().location());
@@ -238,44 +230,89 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
     Ok(report)
 }
 
-/// Adds every file `table`'s current metadata references to `out`.
-async fn references(table: &Table, out: &mut HashSet<PathBuf>) -> iceberg::Result<()> {
-    let metadata = table.metadata();
-    if let Some(current) = table.metadata_location() {
-        out.insert(local_path(current));
-    }
-    for entry in metadata.metadata_log() {
-        out.insert(local_path(&entry.metadata_file));
-    }
-    for statistics in metadata.statistics_iter() {
-        out.insert(local_path(&statistics.statistics_path));
-    }
-    for statistics in metadata.partition_statistics_iter() {
-        out.insert(local_path(&statistics.statistics_path));
-    }
-    // Snapshots share manifests (a fast append carries the earlier ones on): read each
-    // manifest once.
-    let mut manifests_read = HashSet::new();
-    for snapshot in metadata.snapshots() {
-        out.insert(local_path(snapshot.manifest_list()));
-        let list = table.manifest_list_reader(snapshot).load().await?;
-        for manifest in list.entries() {
-            if !manifests_read.insert(manifest.manifest_path.clone()) {
-                continue;
+/// Gathers the files a table's metadata references, remembering what it read: manifest
+/// lists and manifests are written once and never changed (Iceberg's table spec), so a
+/// walker kept across runs (online cleanup, [`crate::maintenance`]) reads each of them
+/// once, and a run costs only the files new since the last.
+#[derive(Debug, Default)]
+pub struct ReferenceWalker {
+    /// Manifest list path → the manifests it lists.
+    lists: HashMap<String, Vec<ManifestFile>>,
+    /// Manifest path → the data and delete files it names (whatever the entry's status).
+    manifests: HashMap<String, Vec<String>>,
+    /// Paths used since [`Self::forget_unused`] last ran.
+    used: HashSet<String>,
+}
+
+impl ReferenceWalker {
+    /// Adds every file `table`'s current metadata references to `out`: the current
+    /// metadata JSON and every one in its metadata log; every snapshot's manifest list,
+    /// every manifest those list, every file those manifests name (whatever the entry's
+    /// status); statistics files.
+    ///
+    /// # Errors
+    /// iceberg's error for a manifest list or manifest that cannot be read.
+    pub async fn references(
+        &mut self,
+        table: &Table,
+        out: &mut HashSet<PathBuf>,
+    ) -> iceberg::Result<()> {
+        let metadata = table.metadata();
+        if let Some(current) = table.metadata_location() {
+            out.insert(local_path(current));
+        }
+        for entry in metadata.metadata_log() {
+            out.insert(local_path(&entry.metadata_file));
+        }
+        for statistics in metadata.statistics_iter() {
+            out.insert(local_path(&statistics.statistics_path));
+        }
+        for statistics in metadata.partition_statistics_iter() {
+            out.insert(local_path(&statistics.statistics_path));
+        }
+        for snapshot in metadata.snapshots() {
+            let list_path = snapshot.manifest_list().to_string();
+            out.insert(local_path(&list_path));
+            if !self.lists.contains_key(&list_path) {
+                let list = table.manifest_list_reader(snapshot).load().await?;
+                self.lists
+                    .insert(list_path.clone(), list.consume_entries().into_iter().collect());
             }
-            out.insert(local_path(&manifest.manifest_path));
-            let manifest = manifest.load_manifest(table.file_io()).await?;
-            for entry in manifest.entries() {
-                out.insert(local_path(entry.file_path()));
+            self.used.insert(list_path.clone());
+            // Snapshots share manifests (a fast append carries the earlier ones on): each
+            // manifest is read once.
+            for manifest in &self.lists[&list_path] {
+                let path = &manifest.manifest_path;
+                out.insert(local_path(path));
+                if !self.manifests.contains_key(path) {
+                    let files = manifest
+                        .load_manifest(table.file_io())
+                        .await?
+                        .entries()
+                        .iter()
+                        .map(|entry| entry.file_path().to_string())
+                        .collect();
+                    self.manifests.insert(path.clone(), files);
+                }
+                self.used.insert(path.clone());
+                out.extend(self.manifests[path].iter().map(|f| local_path(f)));
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Drops what was remembered and not used since the last call (files of expired
+    /// snapshots), so the walker's memory follows the tables' live metadata.
+    pub fn forget_unused(&mut self) {
+        let used = std::mem::take(&mut self.used);
+        self.lists.retain(|path, _| used.contains(path));
+        self.manifests.retain(|path, _| used.contains(path));
+    }
 }
 
 /// Every regular file under `dir` (recursively) with its metadata; none when `dir` does
 /// not exist. Symbolic links are not followed and not listed.
-fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, GcError> {
+pub(crate) fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, GcError> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -313,7 +350,7 @@ fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, GcError>
 }
 
 /// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
-fn local_path(location: &str) -> PathBuf {
+pub(crate) fn local_path(location: &str) -> PathBuf {
     let path = location
         .strip_prefix("file://")
         .or_else(|| location.strip_prefix("file:"))

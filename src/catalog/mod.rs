@@ -21,6 +21,7 @@ pub mod gc;
 mod group_commit;
 pub mod marks;
 mod metadata_cache;
+mod pins;
 pub mod storage;
 
 use std::collections::{HashMap, HashSet};
@@ -42,6 +43,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use group_commit::{Committer, Flip};
 use metadata_cache::MetadataCache;
+pub use pins::WritePin;
 
 /// Namespace key → JSON object of the namespace's properties.
 const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
@@ -109,6 +111,8 @@ pub struct RedbCatalog {
     /// Every data commit's pointer flips go through it (group commit).
     committer: Arc<Committer>,
     metadata: MetadataCache,
+    /// Writers in flight whose files no snapshot references yet ([`Self::pin_writes`]).
+    pins: Arc<pins::Pins>,
 }
 
 /// A table commit whose metadata JSON is written and whose pointer has not moved yet.
@@ -156,6 +160,7 @@ impl RedbCatalog {
             file_io: storage::file_io(),
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
+            pins: Arc::default(),
         })
     }
 
@@ -220,6 +225,36 @@ impl RedbCatalog {
     /// The `FileIO` every table of this catalog reads and writes through.
     pub fn file_io(&self) -> &FileIO {
         &self.file_io
+    }
+
+    /// Pins the files a writer is about to create until the returned guard drops: online
+    /// cleanup ([`crate::maintenance`]) never removes a file modified at or after the
+    /// oldest live pin was taken, even when no snapshot references it yet. Every writer
+    /// whose files wait for a later commit holds one (a streaming put for its whole
+    /// stream, a Flight SQL transaction from begin to end).
+    pub fn pin_writes(&self) -> WritePin {
+        pins::Pins::pin(&self.pins)
+    }
+
+    /// When the oldest live [`WritePin`] was taken (wall clock), or `None` when none is.
+    pub fn oldest_write_pin(&self) -> Option<std::time::SystemTime> {
+        self.pins.oldest()
+    }
+
+    /// Every table of the catalog, namespace by namespace (parents before children).
+    ///
+    /// # Errors
+    /// `Unexpected` for redb failures.
+    pub async fn all_tables(&self) -> Result<Vec<TableIdent>> {
+        let mut tables = Vec::new();
+        let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
+        while let Some(parent) = pending.pop() {
+            for ns in self.list_namespaces(parent.as_ref()).await? {
+                tables.extend(self.list_tables(&ns).await?);
+                pending.push(Some(ns));
+            }
+        }
+        Ok(tables)
     }
 
     /// The table's current metadata location, as stored in redb.

@@ -312,6 +312,8 @@ impl FlightService for SkadeFlight {
     ) -> Result<Response<Self::DoPutStream>, Status> {
         self.svc.metrics.ingest_requests.inc();
         let permit = self.stream_permit()?;
+        // Online cleanup leaves the files this put writes alone until it has ended.
+        let pin = self.svc.catalog.pin_writes();
         let session = sql::session_of(&request);
         let writer = exactly_once::writer_id(request.metadata()).map_err(|e| self.fail(e))?;
         // A Flight SQL ingest's key (writer + sequence headers); checked only on that lane.
@@ -359,7 +361,7 @@ impl FlightService for SkadeFlight {
                 }));
             };
             let key = key.map_err(|e| self.fail(e))?;
-            let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, permit)
+            let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, (permit, pin))
                 .await
                 .map_err(|e| self.fail(e))?;
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
@@ -373,6 +375,7 @@ impl FlightService for SkadeFlight {
             async move {
                 let _guard = guard;
                 let _permit = permit;
+                let _pin = pin;
                 if let Err(e) = put::run(&this.svc, ident, batches, writer, tx.clone()).await {
                     let _ = tx.send(Err(this.fail(e)));
                 }

@@ -229,7 +229,9 @@ pub(crate) async fn do_action(
             if !action.body.is_empty() {
                 unpack::<ActionBeginTransactionRequest>(&action.body)?;
             }
-            let id = svc.transactions.begin(session)?;
+            let id = svc
+                .transactions
+                .begin(session, svc.catalog.pin_writes())?;
             auth::record("transaction", id);
             let reply = ActionBeginTransactionResult {
                 transaction_id: id.as_bytes().to_vec().into(),
@@ -361,8 +363,8 @@ fn ingest_target(cmd: &CommandStatementIngest) -> Result<(TableIdent, Definition
 
 /// `DoPut` with `CommandStatementIngest`: runs the ingest to its end (in its own task, so
 /// a client that goes away mid-stream fails the ingest cleanly instead of leaving it half
-/// done; the task holds `permit`, the stream's `--max-streams` slot, and graceful
-/// shutdown waits for it) and returns the one `PutResult` carrying
+/// done; the task holds `permit`, the stream's `--max-streams` slot and its write pin,
+/// and graceful shutdown waits for it) and returns the one `PutResult` carrying
 /// `DoPutUpdateResult { record_count }`.
 ///
 /// # Errors
@@ -375,7 +377,7 @@ pub(crate) async fn do_put(
     cmd: CommandStatementIngest,
     batches: FlightRecordBatchStream,
     key: Option<TxnKey>,
-    permit: OwnedSemaphorePermit,
+    permit: (OwnedSemaphorePermit, crate::catalog::WritePin),
 ) -> Result<PutResult, Error> {
     // The task, not this handler, holds the stream's `--max-streams` permit: a client that
     // goes away drops the handler at once, but the ingest runs until it notices.

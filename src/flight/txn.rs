@@ -254,6 +254,8 @@ pub(crate) struct Txn {
     /// one transaction run one after the other and `EndTransaction` waits for them.
     pub(crate) state: tokio::sync::Mutex<TxnState>,
     last_active: Mutex<Instant>,
+    /// Keeps online cleanup off the files this transaction stages until it ends.
+    _pin: crate::catalog::WritePin,
 }
 
 impl Txn {
@@ -318,13 +320,18 @@ impl Transactions {
     ///
     /// # Errors
     /// [`Error::LimitReached`] when `max_open` transactions are open already.
-    pub(crate) fn begin(&self, session: Option<SessionKey>) -> Result<Uuid, Error> {
+    pub(crate) fn begin(
+        &self,
+        session: Option<SessionKey>,
+        pin: crate::catalog::WritePin,
+    ) -> Result<Uuid, Error> {
         let id = Uuid::new_v4();
         let txn = Arc::new(Txn {
             id,
             session: session.clone(),
             state: tokio::sync::Mutex::new(TxnState::default()),
             last_active: Mutex::new(Instant::now()),
+            _pin: pin,
         });
         let mut registry = lock(&self.registry);
         if registry.open.len() >= self.max_open {

@@ -62,7 +62,7 @@ pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,
     table_arrow_schema,
 };
-pub use stage::{stage_fast_append, stage_fast_append_with};
+pub use stage::{stage_fast_append, stage_fast_append_with, stage_transaction};
 
 /// What can go wrong on the write path. Each variant names the table it concerns.
 #[derive(Debug, thiserror::Error)]

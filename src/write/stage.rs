@@ -44,10 +44,6 @@ pub async fn stage_fast_append_with(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
-    let staging = StagingCatalog {
-        base: table.clone(),
-        captured: Mutex::new(None),
-    };
     let tx = Transaction::new(table);
     let tx = tx
         .fast_append()
@@ -55,13 +51,32 @@ pub async fn stage_fast_append_with(
         .set_snapshot_properties(properties)
         .add_data_files(data_files)
         .apply(tx)?;
+    stage_transaction(table, tx).await
+}
+
+/// Runs `tx` — a transaction built on `table` — against a catalog that only knows
+/// `table`, and returns the `(requirements, updates)` it would commit, without touching
+/// any real catalog (iceberg 0.10.1 keeps its actions' `commit` crate-private; this is
+/// how an outside caller gets at e.g. an expire-snapshots action's plan). Files the
+/// actions write (a fast append's manifests) are written.
+///
+/// # Errors
+/// The actions' error (e.g. an expiry that names a referenced snapshot).
+pub async fn stage_transaction(
+    table: &Table,
+    tx: Transaction,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let staging = StagingCatalog {
+        base: table.clone(),
+        captured: Mutex::new(None),
+    };
     tx.commit(&staging).await?;
     let captured = staging
         .captured
         .lock()
         .map_err(|_| Error::new(ErrorKind::Unexpected, "staging catalog lock poisoned"))?
         .take();
-    captured.ok_or_else(|| Error::new(ErrorKind::Unexpected, "fast append produced no commit"))
+    captured.ok_or_else(|| Error::new(ErrorKind::Unexpected, "the transaction produced no commit"))
 }
 
 /// A catalog that knows one table and records the commit made to it.

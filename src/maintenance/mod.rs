@@ -1,0 +1,446 @@
+//! Online table maintenance: snapshot expiry, manifest merging and file cleanup, run in
+//! the background by the server for every table (README, "Table maintenance").
+//!
+//! A [`Maintainer`] runs a *pass* every `--maintenance-interval`. For each table, under
+//! this process's commit turn on the table (`write::table_commit_lock`, so in-process
+//! appends wait for it instead of racing), it
+//! 1. expires snapshots ([`expire`]: Iceberg's `history.expire.*` rules through iceberg's
+//!    `ExpireSnapshotsAction`, plus skade's count bound);
+//! 2. merges the current snapshot's manifests when they reach
+//!    `commit.manifest.min-count-to-merge` ([`merge`]);
+//!
+//! each as one commit through the catalog's ordinary commit path
+//! ([`RedbCatalog::atomic_release_raw`]: compare-and-swap on the table's pointer, group
+//! commit, warehouse sync before the pointer moves). A commit that conflicts (the table
+//! moved under it from outside this process) is dropped; the next pass plans again on
+//! the new base, so maintenance never overwrites an append. Then
+//! 3. it removes the files nothing references any more ([`cleanup`]), once the
+//!    unreferencing commit is durable and the grace period `--cleanup-grace` has passed.
+//!
+//! Metadata JSON retention needs no job of its own: every commit's metadata keeps at
+//! most `write.metadata.previous-versions-max` (default 100) entries in its metadata log
+//! (iceberg's `TableMetadataBuilder` trims it), and cleanup removes the files that fell
+//! out (`write.metadata.delete-after-commit.enabled`, on by default in skade).
+
+pub mod cleanup;
+pub mod expire;
+pub mod merge;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iceberg::table::Table;
+use iceberg::{Catalog, ErrorKind, TableIdent, TableRequirement, TableUpdate};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::catalog::RedbCatalog;
+use crate::catalog::gc::GcError;
+use crate::config::MaintenanceConfig;
+use crate::metrics::{LANE_MAINTENANCE, Metrics};
+use crate::write::table_commit_lock;
+use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, SweptTable, Sweeper};
+
+/// A sweep runs at least this often even when no table changed (leftovers of failed
+/// commits appear without any commit).
+const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
+
+/// Why a maintenance job failed. A failed job changes nothing visible: its commit did
+/// not land (files it wrote are leftovers for cleanup) or its removals stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    /// The catalog's tables could not be listed; the pass did nothing.
+    #[error("maintenance: cannot list the catalog's tables: {0}")]
+    Catalog(#[source] Box<iceberg::Error>),
+    /// One job of one table failed; the pass went on with the others.
+    #[error("maintenance of table {table}: {job} failed: {source}")]
+    Job {
+        /// The table, `ns.table`.
+        table: String,
+        /// `expire`, `merge` or `load`.
+        job: &'static str,
+        /// iceberg's or the catalog's error.
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    /// Cleanup could not read a table's references or list/remove a file.
+    #[error("maintenance cleanup: {0}")]
+    Cleanup(#[from] GcError),
+}
+
+impl MaintenanceError {
+    /// The `job` label of `skade_maintenance_errors_total`.
+    pub fn job(&self) -> &'static str {
+        match self {
+            Self::Catalog(_) => "load",
+            Self::Job { job, .. } => job,
+            Self::Cleanup(_) => "cleanup",
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+pub struct PassReport {
+    /// Tables looked at.
+    pub tables: usize,
+    /// Snapshots removed by expiry commits.
+    pub snapshots_expired: usize,
+    /// Manifests replaced by merged ones.
+    pub manifests_replaced: usize,
+    /// Merged manifests written (and committed).
+    pub manifests_written: usize,
+    /// Maintenance commits dropped because the table moved under them.
+    pub conflicts: usize,
+    /// Files cleanup removed.
+    pub removed: Vec<Removed>,
+    /// Jobs that failed (each logged and counted in `skade_maintenance_errors_total`).
+    pub errors: Vec<MaintenanceError>,
+}
+
+/// Runs table maintenance passes over one catalog.
+#[derive(Debug)]
+pub struct Maintainer {
+    catalog: Arc<RedbCatalog>,
+    config: MaintenanceConfig,
+    metrics: Metrics,
+    /// Passes run one at a time.
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sweeper: Sweeper,
+    /// Table → (current snapshot id, manifests it lists) when last read.
+    manifests: HashMap<String, (i64, usize)>,
+    /// Table → metadata location at the last sweep.
+    swept_at: HashMap<String, String>,
+    /// When the last sweep ran.
+    last_sweep: Option<Instant>,
+    /// Whether the last sweep left unreferenced files waiting for their grace period.
+    waiting: bool,
+}
+
+impl Maintainer {
+    /// A maintainer of every table of `catalog`, recording on `metrics`. Passes run
+    /// only when called ([`Self::run_pass`]) or spawned ([`Self::spawn`]).
+    pub fn new(catalog: Arc<RedbCatalog>, config: MaintenanceConfig, metrics: Metrics) -> Self {
+        Self {
+            catalog,
+            config,
+            metrics,
+            state: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// Runs a pass every `--maintenance-interval` until `shutdown` is cancelled; a pass
+    /// in progress then stops at once (a commit it had queued still lands; files it had
+    /// written are leftovers for a later sweep).
+    pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(self.config.maintenance_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    report = self.run_pass() => {
+                        if let Err(e) = report {
+                            self.metrics.maintenance_errors.with_label_values(&[e.job()]).inc();
+                            warn!(error = %e, "maintenance pass failed");
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// One pass over every table (see the module docs). Jobs that fail are logged,
+    /// counted and listed in the report; the pass goes on with the rest.
+    ///
+    /// # Errors
+    /// [`MaintenanceError::Catalog`] when the tables cannot be listed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the pass; a commit already queued in the catalog's
+    /// committer still lands, and files written for a commit that did not are leftovers
+    /// that a later sweep removes.
+    pub async fn run_pass(&self) -> Result<PassReport, MaintenanceError> {
+        let idents = self
+            .catalog
+            .all_tables()
+            .await
+            .map_err(|e| MaintenanceError::Catalog(Box::new(e)))?;
+        let mut state = self.state.lock().await;
+        let mut report = PassReport {
+            tables: idents.len(),
+            ..PassReport::default()
+        };
+        for ident in &idents {
+            if let Err(e) = self.maintain(ident, &mut state, &mut report).await {
+                report.errors.push(e);
+            }
+        }
+        self.forget_dropped(&idents, &mut state);
+        if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
+            report.errors.push(e);
+        }
+        for e in &report.errors {
+            self.metrics
+                .maintenance_errors
+                .with_label_values(&[e.job()])
+                .inc();
+            warn!(error = %e, "maintenance job failed");
+        }
+        Ok(report)
+    }
+
+    /// Expiry and merge of one table, under its commit turn; updates its gauges.
+    async fn maintain(
+        &self,
+        ident: &TableIdent,
+        state: &mut State,
+        report: &mut PassReport,
+    ) -> Result<(), MaintenanceError> {
+        let name = ident.to_string();
+        let failed = |job: &'static str| {
+            let table = name.clone();
+            move |e: iceberg::Error| MaintenanceError::Job {
+                table,
+                job,
+                source: Box::new(e),
+            }
+        };
+        let table = match self.catalog.load_table(ident).await {
+            Ok(table) => table,
+            // Dropped since the listing.
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
+            Err(e) => return Err(failed("load")(e)),
+        };
+        let lock = table_commit_lock(table.metadata().uuid());
+        let _turn = lock.lock().await;
+        let mut table = self
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(failed("load"))?;
+
+        if let Some(expiry) = expire::plan(&table, self.config.max_snapshots)
+            .await
+            .map_err(failed("expire"))?
+        {
+            let snapshots = expiry.snapshots;
+            match self
+                .commit(ident, expiry.requirements, expiry.updates)
+                .await
+                .map_err(failed("expire"))?
+            {
+                Some(committed) => {
+                    table = committed;
+                    report.snapshots_expired += snapshots;
+                    self.metrics.snapshots_expired.inc_by(snapshots as u64);
+                    info!(table = %name, snapshots, "snapshots expired");
+                }
+                None => report.conflicts += 1,
+            }
+        }
+
+        let manifests = match table.metadata().current_snapshot_id() {
+            None => 0,
+            Some(current) => match state.manifests.get(&name) {
+                Some(&(seen, count)) if seen == current => count,
+                _ => {
+                    let list = merge::current_manifests(&table)
+                        .await
+                        .map_err(failed("merge"))?;
+                    let mut count = list.len();
+                    if let Some(merged) =
+                        merge::plan(&table, &list).await.map_err(failed("merge"))?
+                    {
+                        let (replaced, written) = (merged.replaced, merged.written);
+                        let (after, bytes) = (merged.manifests_after, merged.written_bytes);
+                        match self
+                            .commit(ident, merged.requirements, merged.updates)
+                            .await
+                            .map_err(failed("merge"))?
+                        {
+                            Some(committed) => {
+                                table = committed;
+                                count = after;
+                                report.manifests_replaced += replaced;
+                                report.manifests_written += written;
+                                self.metrics.manifests_merged.inc_by(replaced as u64);
+                                self.metrics
+                                    .files_rewritten
+                                    .with_label_values(&["manifest"])
+                                    .inc_by(written as u64);
+                                self.metrics
+                                    .bytes_rewritten
+                                    .with_label_values(&["manifest"])
+                                    .inc_by(bytes);
+                                info!(table = %name, replaced, written, "manifests merged");
+                            }
+                            None => report.conflicts += 1,
+                        }
+                    }
+                    if let Some(current) = table.metadata().current_snapshot_id() {
+                        state.manifests.insert(name.clone(), (current, count));
+                    }
+                    count
+                }
+            },
+        };
+        self.set_gauges(&name, &table, manifests);
+        Ok(())
+    }
+
+    /// Commits one maintenance change to `ident` through the catalog's commit path.
+    /// `Ok(None)`: the table moved under it (a conflict); nothing was committed.
+    async fn commit(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> iceberg::Result<Option<Table>> {
+        let started = Instant::now();
+        match self
+            .catalog
+            .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
+            .await
+        {
+            Ok(mut tables) => {
+                self.metrics
+                    .commit_duration
+                    .with_label_values(&[LANE_MAINTENANCE])
+                    .observe(started.elapsed().as_secs_f64());
+                Ok(tables.pop())
+            }
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                debug!(table = %ident, error = %e, "maintenance commit conflicted; next pass retries");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn set_gauges(&self, name: &str, table: &Table, manifests: usize) {
+        let metadata = table.metadata();
+        let data_files = metadata
+            .current_snapshot()
+            .and_then(|s| s.summary().additional_properties.get("total-data-files"))
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        let labels = [name];
+        self.metrics
+            .table_snapshots
+            .with_label_values(&labels)
+            .set(metadata.snapshots().len() as i64);
+        self.metrics
+            .table_manifests
+            .with_label_values(&labels)
+            .set(manifests as i64);
+        self.metrics
+            .table_data_files
+            .with_label_values(&labels)
+            .set(data_files);
+    }
+
+    /// Forgets the state and gauge series of tables no longer in the catalog.
+    fn forget_dropped(&self, idents: &[TableIdent], state: &mut State) {
+        let live: HashSet<String> = idents.iter().map(ToString::to_string).collect();
+        let gone: Vec<String> = state
+            .manifests
+            .keys()
+            .filter(|name| !live.contains(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            state.manifests.remove(&name);
+            for gauge in [
+                &self.metrics.table_snapshots,
+                &self.metrics.table_manifests,
+                &self.metrics.table_data_files,
+            ] {
+                let _ = gauge.remove_label_values(&[&name]);
+            }
+        }
+    }
+
+    /// Cleanup over every table, when a table changed since the last sweep, files wait
+    /// for their grace period, or [`SWEEP_AT_LEAST_EVERY`] passed.
+    async fn sweep(
+        &self,
+        idents: &[TableIdent],
+        state: &mut State,
+        report: &mut PassReport,
+    ) -> Result<(), MaintenanceError> {
+        let mut tables = Vec::with_capacity(idents.len());
+        let mut locations = HashMap::with_capacity(idents.len());
+        for ident in idents {
+            let table = match self.catalog.load_table(ident).await {
+                Ok(table) => table,
+                Err(e) if e.kind() == ErrorKind::TableNotFound => continue,
+                Err(e) => {
+                    return Err(MaintenanceError::Job {
+                        table: ident.to_string(),
+                        job: "cleanup",
+                        source: Box::new(e),
+                    });
+                }
+            };
+            let properties = table.metadata().properties();
+            let sweep = table
+                .metadata()
+                .table_properties()
+                .map(|p| p.gc_enabled)
+                .unwrap_or(false);
+            let delete_metadata = properties
+                .get(DELETE_AFTER_COMMIT_PROPERTY)
+                .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
+            if let Some(location) = table.metadata_location() {
+                locations.insert(ident.to_string(), location.to_string());
+            }
+            tables.push(SweptTable {
+                table,
+                sweep,
+                delete_metadata,
+            });
+        }
+        let due = state.waiting
+            || locations != state.swept_at
+            || state
+                .last_sweep
+                .is_none_or(|at| at.elapsed() >= SWEEP_AT_LEAST_EVERY);
+        if !due {
+            return Ok(());
+        }
+        let removed = state
+            .sweeper
+            .sweep(
+                &tables,
+                self.config.cleanup_grace,
+                self.catalog.oldest_write_pin(),
+            )
+            .await?;
+        state.swept_at = locations;
+        state.last_sweep = Some(Instant::now());
+        state.waiting = state.sweeper.waiting() > 0;
+        for file in &removed {
+            let kind = [file.kind.as_str()];
+            self.metrics.files_deleted.with_label_values(&kind).inc();
+            self.metrics
+                .bytes_deleted
+                .with_label_values(&kind)
+                .inc_by(file.bytes);
+        }
+        if !removed.is_empty() {
+            info!(files = removed.len(), "unreferenced files removed");
+        }
+        report.removed.extend(removed);
+        Ok(())
+    }
+}
