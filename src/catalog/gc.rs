@@ -270,6 +270,9 @@ impl ReferenceWalker {
         for statistics in metadata.partition_statistics_iter() {
             out.insert(local_path(&statistics.statistics_path));
         }
+        // Snapshots share manifests (a fast append carries the earlier ones on): each
+        // manifest's files are added once.
+        let mut visited = HashSet::new();
         for snapshot in metadata.snapshots() {
             let list_path = snapshot.manifest_list().to_string();
             out.insert(local_path(&list_path));
@@ -279,10 +282,11 @@ impl ReferenceWalker {
                     .insert(list_path.clone(), list.consume_entries().into_iter().collect());
             }
             self.used.insert(list_path.clone());
-            // Snapshots share manifests (a fast append carries the earlier ones on): each
-            // manifest is read once.
             for manifest in &self.lists[&list_path] {
                 let path = &manifest.manifest_path;
+                if !visited.insert(path.clone()) {
+                    continue;
+                }
                 out.insert(local_path(path));
                 if !self.manifests.contains_key(path) {
                     let files = manifest
