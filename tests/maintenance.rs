@@ -336,6 +336,13 @@ async fn a_reader_that_loaded_before_maintenance_finishes_its_scan() {
     for i in 0..8 {
         append(&c.catalog, "t", i * 2, 2).await;
     }
+    // Every file is old: only the time since a commit unreferenced a file protects it,
+    // not the file's own age.
+    for file in files_under(&table_dir(&c, "t")) {
+        let f = std::fs::File::options().write(true).open(&file).unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+            .unwrap();
+    }
     let reader = c.catalog.load_table(&ident("t")).await.unwrap();
     // A second reader of the same version that has read nothing yet (iceberg caches a
     // table's manifests once read, so the first reader no longer needs those files).
