@@ -278,8 +278,10 @@ impl ReferenceWalker {
             out.insert(local_path(&list_path));
             if !self.lists.contains_key(&list_path) {
                 let list = table.manifest_list_reader(snapshot).load().await?;
-                self.lists
-                    .insert(list_path.clone(), list.consume_entries().into_iter().collect());
+                self.lists.insert(
+                    list_path.clone(),
+                    list.consume_entries().into_iter().collect(),
+                );
             }
             self.used.insert(list_path.clone());
             for manifest in &self.lists[&list_path] {

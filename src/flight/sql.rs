@@ -229,9 +229,7 @@ pub(crate) async fn do_action(
             if !action.body.is_empty() {
                 unpack::<ActionBeginTransactionRequest>(&action.body)?;
             }
-            let id = svc
-                .transactions
-                .begin(session, svc.catalog.pin_writes())?;
+            let id = svc.transactions.begin(session, svc.catalog.pin_writes())?;
             auth::record("transaction", id);
             let reply = ActionBeginTransactionResult {
                 transaction_id: id.as_bytes().to_vec().into(),

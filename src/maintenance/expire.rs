@@ -60,7 +60,10 @@ pub(crate) async fn plan(table: &Table, default_max_snapshots: usize) -> Result<
         None => age_cutoff,
     };
     let tx = Transaction::new(table);
-    let tx = tx.expire_snapshots().expire_older_than_ms(cutoff).apply(tx)?;
+    let tx = tx
+        .expire_snapshots()
+        .expire_older_than_ms(cutoff)
+        .apply(tx)?;
     let (requirements, updates) = crate::write::stage_transaction(table, tx).await?;
     if updates.is_empty() {
         return Ok(None);

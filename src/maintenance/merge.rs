@@ -98,9 +98,8 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         return Ok(None);
     };
     let spec_id = metadata.default_partition_spec_id();
-    let mergeable = |m: &ManifestFile| {
-        m.content == ManifestContentType::Data && m.partition_spec_id == spec_id
-    };
+    let mergeable =
+        |m: &ManifestFile| m.content == ManifestContentType::Data && m.partition_spec_id == spec_id;
     if !enabled || manifests.iter().filter(|m| mergeable(m)).count() < min_count {
         return Ok(None);
     }
@@ -178,7 +177,8 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
                 if !entry.is_alive() {
                     continue;
                 }
-                let (Some(added_by), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
+                let (Some(added_by), Some(sequence)) =
+                    (entry.snapshot_id(), entry.sequence_number())
                 else {
                     return Err(Error::new(
                         ErrorKind::DataInvalid,

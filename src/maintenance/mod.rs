@@ -40,7 +40,7 @@ use crate::catalog::gc::GcError;
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
 use crate::write::table_commit_lock;
-use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, SweptTable, Sweeper};
+use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, Sweeper, SweptTable};
 
 /// A sweep runs at least this often even when no table changed (leftovers of failed
 /// commits appear without any commit).
