@@ -110,6 +110,11 @@ pub struct MaintenanceConfig {
     /// table before that commit can finish their scans (e.g. `10m`).
     #[arg(long, env = "SKADE_CLEANUP_GRACE", default_value = "10m", value_parser = humantime::parse_duration)]
     pub cleanup_grace: Duration,
+
+    /// Rewrite runs of small data files into one file (`true` or `false`): at most one
+    /// job of up to 64 files and half a `--target-file-size` per table per pass.
+    #[arg(long = "compaction", env = "SKADE_COMPACTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub compaction: bool,
 }
 
 /// TLS and authentication of the Flight address (the metrics address stays plain HTTP).

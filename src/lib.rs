@@ -254,7 +254,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             service.catalog.clone(),
             config.maintenance.clone(),
             metrics.clone(),
-        ))
+        )
+        .with_target_file_size(config.ingest.target_file_size))
         .spawn(service.shutdown.clone())
     });
 

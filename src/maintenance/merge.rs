@@ -276,7 +276,7 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
 
 /// A positive snapshot id no snapshot of `table` has (iceberg's own rule: two halves of
 /// a random uuid xor-ed).
-fn unique_snapshot_id(table: &Table) -> i64 {
+pub(crate) fn unique_snapshot_id(table: &Table) -> i64 {
     loop {
         let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
         let id = ((a ^ b) >> 1) as i64;

@@ -23,6 +23,7 @@
 //! out (`write.metadata.delete-after-commit.enabled`, on by default in skade).
 
 pub mod cleanup;
+pub mod compact;
 pub mod expire;
 pub mod merge;
 
@@ -91,6 +92,8 @@ pub struct PassReport {
     pub manifests_replaced: usize,
     /// Merged manifests written (and committed).
     pub manifests_written: usize,
+    /// Data files replaced by compaction commits.
+    pub files_compacted: usize,
     /// Maintenance commits dropped because the table moved under them.
     pub conflicts: usize,
     /// Files cleanup removed.
@@ -105,6 +108,8 @@ pub struct Maintainer {
     catalog: Arc<RedbCatalog>,
     config: MaintenanceConfig,
     metrics: Metrics,
+    /// `--target-file-size` (Arrow bytes): what compaction considers small.
+    target_file_bytes: u64,
     /// Passes run one at a time.
     state: tokio::sync::Mutex<State>,
 }
@@ -114,6 +119,8 @@ struct State {
     sweeper: Sweeper,
     /// Table → (current snapshot id, manifests it lists) when last read.
     manifests: HashMap<String, (i64, usize)>,
+    /// Table → the current snapshot id when compaction last found nothing to do.
+    compacted: HashMap<String, i64>,
     /// Table → metadata location at the last sweep.
     swept_at: HashMap<String, String>,
     /// When the last sweep ran.
@@ -130,8 +137,16 @@ impl Maintainer {
             catalog,
             config,
             metrics,
+            target_file_bytes: 128 << 20,
             state: tokio::sync::Mutex::default(),
         }
+    }
+
+    /// Sets the `--target-file-size` compaction works against (bytes; default 128 MiB):
+    /// files under a quarter of it are small.
+    pub fn with_target_file_size(mut self, bytes: u64) -> Self {
+        self.target_file_bytes = bytes;
+        self
     }
 
     /// Runs a pass every `--maintenance-interval` until `shutdown` is cancelled; a pass
@@ -222,7 +237,7 @@ impl Maintainer {
             Err(e) => return Err(failed("load")(e)),
         };
         let lock = table_commit_lock(table.metadata().uuid());
-        let _turn = lock.lock().await;
+        let turn = lock.lock().await;
         let mut table = self
             .catalog
             .load_table(ident)
@@ -294,7 +309,66 @@ impl Maintainer {
                 }
             },
         };
+        drop(turn);
         self.set_gauges(&name, &table, manifests);
+        if self.config.compaction {
+            self.compact(ident, &lock, table, state, report)
+                .await
+                .map_err(failed("compact"))?;
+        }
+        Ok(())
+    }
+
+    /// One compaction job on `table` (see [`compact`]): rows rewritten outside the
+    /// table's commit turn, the inputs checked and the commit made under it.
+    async fn compact(
+        &self,
+        ident: &TableIdent,
+        lock: &tokio::sync::Mutex<()>,
+        table: Table,
+        state: &mut State,
+        report: &mut PassReport,
+    ) -> iceberg::Result<()> {
+        let name = ident.to_string();
+        let Some(current) = table.metadata().current_snapshot_id() else {
+            return Ok(());
+        };
+        if state.compacted.get(&name) == Some(&current) {
+            return Ok(());
+        }
+        let manifests = merge::current_manifests(&table).await?;
+        let Some(rewrite) = compact::rewrite(&table, &manifests, self.target_file_bytes).await?
+        else {
+            state.compacted.insert(name, current);
+            return Ok(());
+        };
+        let _turn = lock.lock().await;
+        let table = self.catalog.load_table(ident).await?;
+        let manifests = merge::current_manifests(&table).await?;
+        let Some(plan) = compact::commit_plan(&table, &manifests, &rewrite).await? else {
+            debug!(table = %name, "compaction inputs changed; attempt dropped");
+            report.conflicts += 1;
+            return Ok(());
+        };
+        let (files, bytes) = (plan.files, plan.bytes);
+        if self
+            .commit(ident, plan.requirements, plan.updates)
+            .await?
+            .is_some()
+        {
+            report.files_compacted += files;
+            self.metrics
+                .files_rewritten
+                .with_label_values(&["data"])
+                .inc_by(files as u64);
+            self.metrics
+                .bytes_rewritten
+                .with_label_values(&["data"])
+                .inc_by(bytes);
+            info!(table = %name, files, bytes, "small files compacted");
+        } else {
+            report.conflicts += 1;
+        }
         Ok(())
     }
 
@@ -360,6 +434,7 @@ impl Maintainer {
             .collect();
         for name in gone {
             state.manifests.remove(&name);
+            state.compacted.remove(&name);
             for gauge in [
                 &self.metrics.table_snapshots,
                 &self.metrics.table_manifests,

@@ -1,0 +1,362 @@
+//! Small-file compaction: a `replace` snapshot that swaps a run of small data files for
+//! one file holding the same rows.
+//!
+//! A table fed by small or slow puts gets one small data file per commit, and every scan
+//! opens each of them. Compaction picks, among the current snapshot's live data files
+//! in name order, the first run of at least [`MIN_INPUT_FILES`] *adjacent* small files
+//! (Parquet size under a quarter of `--target-file-size`) of the same size tier (tier =
+//! ⌊log₄ size⌋, so files only merge with files of similar size and each row is rewritten
+//! about log₄ of the table's size times, as in size-tiered compaction), at most
+//! [`MAX_INPUT_FILES`] of them per job. It reads their rows in order, writes them as one
+//! file through skade's own encoder, named after the first input so the table still reads
+//! back in the order it was written (files are read in name order), and commits a
+//! `replace` snapshot: the inputs `DELETED`, the new file `ADDED`, the totals unchanged.
+//!
+//! The rows are read and the new file written *outside* the table's commit turn; then,
+//! under it, the job checks that every input is still live in the current snapshot and
+//! drops the attempt otherwise (the new file is then a leftover for cleanup) — so a
+//! compaction never loses or doubles a row, whatever appends run beside it.
+
+use std::collections::{HashMap, HashSet};
+
+use arrow_array::RecordBatch;
+use iceberg::spec::{
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
+    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, Summary,
+};
+use iceberg::table::Table;
+use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+
+use super::merge::{now_ms, unique_snapshot_id};
+use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
+
+/// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
+/// `min-input-files` default).
+pub const MIN_INPUT_FILES: usize = 5;
+/// Most input files of one compaction job (a rate limit: one job per table per pass).
+pub const MAX_INPUT_FILES: usize = 64;
+
+/// Rows rewritten into one new data file, not yet committed.
+#[derive(Debug)]
+pub(crate) struct Rewrite {
+    /// The files replaced.
+    pub(crate) inputs: Vec<DataFile>,
+    /// The file written in their place.
+    pub(crate) output: DataFile,
+}
+
+/// A written compaction commit.
+#[derive(Debug)]
+pub(crate) struct Compaction {
+    pub(crate) requirements: Vec<TableRequirement>,
+    pub(crate) updates: Vec<TableUpdate>,
+    /// Files replaced and their bytes.
+    pub(crate) files: usize,
+    pub(crate) bytes: u64,
+}
+
+/// Size tier of a file of `bytes`: ⌊log₄ bytes⌋.
+fn tier(bytes: u64) -> u32 {
+    bytes.max(1).ilog2() / 2
+}
+
+/// Chooses the inputs of the next compaction of `table` (whose current manifests are
+/// `manifests`) and writes their rows as one new file; `None` when no run qualifies or
+/// the table is not a format v2 unpartitioned table.
+///
+/// # Errors
+/// iceberg's error for a manifest that cannot be read; a data file that cannot be read,
+/// conformed, encoded or written.
+pub(crate) async fn rewrite(
+    table: &Table,
+    manifests: &[ManifestFile],
+    target_file_bytes: u64,
+) -> Result<Option<Rewrite>> {
+    let metadata = table.metadata();
+    if metadata.format_version() != FormatVersion::V2
+        || !metadata.default_partition_spec().is_unpartitioned()
+    {
+        return Ok(None);
+    }
+    let small = target_file_bytes / 4;
+    // At most half a target of Parquet read per job (a rate limit beside the file cap).
+    let budget = target_file_bytes / 2;
+    let mut live: Vec<DataFile> = Vec::new();
+    for manifest in manifests {
+        if manifest.content != ManifestContentType::Data {
+            continue;
+        }
+        for entry in manifest.load_manifest(table.file_io()).await?.entries() {
+            if entry.is_alive() {
+                live.push(entry.data_file().clone());
+            }
+        }
+    }
+    live.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+    let mut run: Vec<DataFile> = Vec::new();
+    let mut run_bytes = 0u64;
+    for file in live {
+        let size = file.file_size_in_bytes();
+        let fits = size < small
+            && run
+                .last()
+                .is_none_or(|last| tier(last.file_size_in_bytes()) == tier(size));
+        if fits && run_bytes + size <= budget {
+            run_bytes += size;
+            run.push(file);
+            if run.len() == MAX_INPUT_FILES {
+                break;
+            }
+            continue;
+        }
+        if run.len() >= MIN_INPUT_FILES {
+            break;
+        }
+        run.clear();
+        run_bytes = 0;
+        if size < small {
+            run_bytes = size;
+            run.push(file);
+        }
+    }
+    if run.len() < MIN_INPUT_FILES {
+        return Ok(None);
+    }
+
+    let target = table_arrow_schema(table).map_err(to_iceberg)?;
+    let paths: Vec<String> = run.iter().map(|f| f.file_path().to_string()).collect();
+    let name = table.identifier().to_string();
+    let batches = tokio::task::spawn_blocking(move || read_files(&paths))
+        .await
+        .map_err(|e| Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e))??;
+    let batches = batches
+        .iter()
+        .map(|b| conform_batch(&name, b, &target))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(to_iceberg)?;
+    let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
+    let Some(file) = encoded.pop() else {
+        return Ok(None);
+    };
+    let output = write_file(table, output_path(run[0].file_path()), file)
+        .await
+        .map_err(to_iceberg)?;
+    Ok(Some(Rewrite {
+        inputs: run,
+        output,
+    }))
+}
+
+/// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
+/// sorts where the first input sorted.
+fn output_path(first: &str) -> String {
+    let stem = first.strip_suffix(".parquet").unwrap_or(first);
+    let stem = match stem.rfind('/') {
+        Some(slash) => match stem[slash..].find("-c") {
+            Some(at) => &stem[..slash + at],
+            None => stem,
+        },
+        None => stem,
+    };
+    format!("{stem}-c{}.parquet", uuid::Uuid::now_v7().simple())
+}
+
+/// Every row of the Parquet files at `paths`, in order.
+fn read_files(paths: &[String]) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    for path in paths {
+        let local = crate::catalog::gc::local_path(path);
+        let file = std::fs::File::open(&local).map_err(|e| {
+            Error::new(ErrorKind::Unexpected, format!("open {path}: {e}")).with_source(e)
+        })?;
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.build())
+            .map_err(|e| {
+                Error::new(ErrorKind::DataInvalid, format!("read {path}: {e}")).with_source(e)
+            })?;
+        for batch in reader {
+            out.push(batch.map_err(|e| {
+                Error::new(ErrorKind::DataInvalid, format!("read {path}: {e}")).with_source(e)
+            })?);
+        }
+    }
+    Ok(out)
+}
+
+fn to_iceberg(e: crate::write::WriteError) -> Error {
+    Error::new(ErrorKind::Unexpected, e.to_string()).with_source(e)
+}
+
+/// Builds the `replace` commit of `rewrite` on `table` (the current table, read under
+/// the commit turn): `None` when an input is no longer live (the attempt is dropped).
+///
+/// # Errors
+/// iceberg's error for a manifest that cannot be read or written.
+pub(crate) async fn commit_plan(
+    table: &Table,
+    manifests: &[ManifestFile],
+    rewrite: &Rewrite,
+) -> Result<Option<Compaction>> {
+    let metadata = table.metadata();
+    let Some(current) = metadata.current_snapshot() else {
+        return Ok(None);
+    };
+    let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
+    let snapshot_id = unique_snapshot_id(table);
+    let commit_uuid = uuid::Uuid::now_v7();
+    let file_io = table.file_io();
+    let spec = metadata.default_partition_spec().as_ref().clone();
+    let mut out = Vec::with_capacity(manifests.len() + 1);
+    let mut found = 0usize;
+    let mut written = 0usize;
+    for manifest in manifests {
+        if manifest.content != ManifestContentType::Data {
+            out.push(manifest.clone());
+            continue;
+        }
+        let loaded = manifest.load_manifest(file_io).await?;
+        let hits = loaded
+            .entries()
+            .iter()
+            .filter(|e| e.is_alive() && inputs.contains(e.file_path()))
+            .count();
+        if hits == 0 {
+            out.push(manifest.clone());
+            continue;
+        }
+        found += hits;
+        let path = format!(
+            "{}/metadata/{commit_uuid}-m{written}.avro",
+            metadata.location()
+        );
+        written += 1;
+        let mut writer = ManifestWriterBuilder::new(
+            file_io.new_output(&path)?,
+            Some(snapshot_id),
+            metadata.current_schema().clone(),
+            spec.clone(),
+        )
+        .build_v2_data();
+        for entry in loaded.entries() {
+            if entry.status() == ManifestStatus::Deleted {
+                continue;
+            }
+            let (Some(added_by), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
+            else {
+                return Err(Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("manifest {} has an entry without snapshot id or sequence number", manifest.manifest_path),
+                ));
+            };
+            if inputs.contains(entry.file_path()) {
+                writer.add_delete_file(entry.data_file().clone(), sequence, entry.file_sequence_number)?;
+            } else {
+                writer.add_existing_file(
+                    entry.data_file().clone(),
+                    added_by,
+                    sequence,
+                    entry.file_sequence_number,
+                )?;
+            }
+        }
+        out.push(writer.write_manifest_file().await?);
+    }
+    if found != inputs.len() {
+        return Ok(None);
+    }
+    let added_path = format!(
+        "{}/metadata/{commit_uuid}-m{written}.avro",
+        metadata.location()
+    );
+    let mut added = ManifestWriterBuilder::new(
+        file_io.new_output(&added_path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        spec,
+    )
+    .build_v2_data();
+    added.add_file(rewrite.output.clone(), -1)?;
+    out.insert(0, added.write_manifest_file().await?);
+
+    let sequence_number = metadata.next_sequence_number();
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let mut list = ManifestListWriter::v2(
+        file_io.new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(current.snapshot_id()),
+        sequence_number,
+    );
+    list.add_manifests(out.into_iter())?;
+    list.close().await?;
+
+    let removed_bytes: u64 = rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum();
+    let rows: u64 = rewrite.inputs.iter().map(|f| f.record_count()).sum();
+    let added_bytes = rewrite.output.file_size_in_bytes();
+    let previous = &current.summary().additional_properties;
+    let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i64>().ok());
+    let mut properties: HashMap<String, String> = previous
+        .iter()
+        .filter(|(k, _)| k.starts_with("total-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(files) = total("total-data-files") {
+        properties.insert(
+            "total-data-files".into(),
+            (files - rewrite.inputs.len() as i64 + 1).to_string(),
+        );
+    }
+    if let Some(size) = total("total-files-size") {
+        properties.insert(
+            "total-files-size".into(),
+            (size - removed_bytes as i64 + added_bytes as i64).to_string(),
+        );
+    }
+    properties.insert("added-data-files".into(), "1".into());
+    properties.insert(
+        "deleted-data-files".into(),
+        rewrite.inputs.len().to_string(),
+    );
+    properties.insert("added-records".into(), rewrite.output.record_count().to_string());
+    properties.insert("deleted-records".into(), rows.to_string());
+    properties.insert("added-files-size".into(), added_bytes.to_string());
+    properties.insert("removed-files-size".into(), removed_bytes.to_string());
+    let snapshot = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(Some(current.snapshot_id()))
+        .with_sequence_number(sequence_number)
+        .with_summary(Summary {
+            operation: Operation::Replace,
+            additional_properties: properties,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
+        .build();
+    Ok(Some(Compaction {
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_string(),
+                snapshot_id: Some(current.snapshot_id()),
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+        files: rewrite.inputs.len(),
+        bytes: removed_bytes,
+    }))
+}
