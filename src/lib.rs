@@ -250,12 +250,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .set(i64::try_from(service.budget.total_bytes()).unwrap_or(i64::MAX));
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
     let maintenance = config.maintenance.enabled.then(|| {
-        Arc::new(maintenance::Maintainer::new(
-            service.catalog.clone(),
-            config.maintenance.clone(),
-            metrics.clone(),
+        Arc::new(
+            maintenance::Maintainer::new(
+                service.catalog.clone(),
+                config.maintenance.clone(),
+                metrics.clone(),
+            )
+            .with_target_file_size(config.ingest.target_file_size),
         )
-        .with_target_file_size(config.ingest.target_file_size))
         .spawn(service.shutdown.clone())
     });
 

@@ -519,8 +519,9 @@ async fn maintenance_never_loses_an_append_racing_it() {
 /// 100 commits, as the 1 s interval does at 100 commits/s; grace 0 so the files bound is
 /// reached within the test): the metadata JSON stays under 256 KiB with at most 101
 /// snapshots, the current manifest list under 200 entries (min-count-to-merge 100 + one
-/// interval's appends), the metadata directory under 450 files, and a full scan returns
-/// every acked row exactly once. About 100 s in debug on the 2-core VM.
+/// interval's appends), the metadata directory under 450 files, compaction keeps fewer
+/// than 100 live data files (and under 1,000 on disk: those of retained snapshots), and a
+/// full scan returns every acked row exactly once. About 80 s in debug on the 2-core VM.
 /// Catches: any of expiry, merging, metadata-log trimming or cleanup not running, and
 /// a maintenance commit losing an append.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -581,10 +582,16 @@ async fn five_thousand_tiny_commits_stay_bounded() {
         .entries()
         .len();
     let metadata_files = files_under(&table_dir(&c, "t").join("metadata")).len();
+    let data_files = files_under(&table_dir(&c, "t").join("data")).len();
+    let live: usize = snapshot.summary().additional_properties["total-data-files"]
+        .parse()
+        .unwrap();
     eprintln!(
-        "after {commits} commits: metadata JSON {json_bytes} bytes, {} snapshots, {manifests} manifests, {metadata_files} metadata files",
+        "after {commits} commits: metadata JSON {json_bytes} bytes, {} snapshots, {manifests} manifests, {metadata_files} metadata files, {live} live data files, {data_files} data files on disk",
         table.metadata().snapshots().count()
     );
+    assert!(live < 100, "{live} live data files");
+    assert!(data_files < 1_000, "{data_files} data files on disk");
     assert!(table.metadata().snapshots().count() <= 101);
     assert!(json_bytes < 256 << 10, "metadata JSON {json_bytes} bytes");
     assert!(manifests < 200, "{manifests} manifests");
@@ -717,8 +724,12 @@ async fn compaction_beside_four_appending_writers_keeps_every_row_once() {
     assert!(compacted > 0, "nothing was compacted");
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
     assert_eq!(ids(&table, None).await, expected_ids(100, 3));
-    let live: usize = table.metadata().current_snapshot().unwrap().summary().additional_properties
-        ["total-data-files"]
+    let live: usize = table
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties["total-data-files"]
         .parse()
         .unwrap();
     assert!(live < 30, "{live} live data files after compaction");
@@ -738,8 +749,19 @@ async fn compaction_beside_four_appending_writers_keeps_every_row_once() {
     let table = c.catalog.load_table(&ident("ordered")).await.unwrap();
     let mut files: Vec<String> = Vec::new();
     let snapshot = table.metadata().current_snapshot().unwrap().clone();
-    for manifest in table.manifest_list_reader(&snapshot).load().await.unwrap().entries() {
-        for entry in manifest.load_manifest(table.file_io()).await.unwrap().entries() {
+    for manifest in table
+        .manifest_list_reader(&snapshot)
+        .load()
+        .await
+        .unwrap()
+        .entries()
+    {
+        for entry in manifest
+            .load_manifest(table.file_io())
+            .await
+            .unwrap()
+            .entries()
+        {
             if entry.is_alive() {
                 files.push(entry.file_path().to_string());
             }

@@ -38,7 +38,13 @@
 //!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches
 //!   (`SKADE_PEERS_ROWS`, 10 M): bulk rows/s and tiny (10-row) commits/s
 //!   (`SKADE_PEERS_TINY`, 200), as multiples of each peer.
+//! - `table_age`: one stream of 10-row puts into one table of a real server at its
+//!   defaults (table maintenance on) up to `SKADE_AGE_COMMITS` (20,000) commits; at ages
+//!   10 / 1,000 / 5,000 / the last: put p50, metadata JSON bytes, manifests, live data
+//!   files, pyiceberg's REST load + plan and RSS, with the targets; and
+//!   commits/s vs a floor of 4 file creates + `syncfs` + one redb commit.
 
+mod age;
 mod commit;
 mod common;
 mod ingest;
@@ -59,6 +65,7 @@ const ARMS: &[&str] = &[
     "committer_overlap",
     "commit",
     "peers",
+    "table_age",
 ];
 
 fn main() {
@@ -92,6 +99,7 @@ fn main() {
                 "commit" => commit::commit(runs).await,
                 "multi" => multi::multi(runs).await,
                 "peers" => peers::peers(runs).await,
+                "table_age" => age::table_age().await,
                 other => unreachable!("arm {other:?} was checked above"),
             }
         }

@@ -129,7 +129,7 @@ fn write_ipc(path: &Path, batches: &[RecordBatch]) {
 /// The Python interpreter that has the pinned pyiceberg, or why there is none:
 /// `SKADE_PEERS_PYTHON` as given, else `benches/peers/.venv` (created with
 /// `python3 -m venv` and filled from `benches/peers/requirements.txt`).
-fn python() -> Result<PathBuf, String> {
+pub(crate) fn python() -> Result<PathBuf, String> {
     if let Ok(python) = std::env::var("SKADE_PEERS_PYTHON") {
         return Ok(PathBuf::from(python));
     }

@@ -129,7 +129,9 @@ pub(crate) async fn rewrite(
     let name = table.identifier().to_string();
     let batches = tokio::task::spawn_blocking(move || read_files(&paths))
         .await
-        .map_err(|e| Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e))??;
+        .map_err(|e| {
+            Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
+        })??;
     let batches = batches
         .iter()
         .map(|b| conform_batch(&name, b, &target))
@@ -246,11 +248,18 @@ pub(crate) async fn commit_plan(
             else {
                 return Err(Error::new(
                     ErrorKind::DataInvalid,
-                    format!("manifest {} has an entry without snapshot id or sequence number", manifest.manifest_path),
+                    format!(
+                        "manifest {} has an entry without snapshot id or sequence number",
+                        manifest.manifest_path
+                    ),
                 ));
             };
             if inputs.contains(entry.file_path()) {
-                writer.add_delete_file(entry.data_file().clone(), sequence, entry.file_sequence_number)?;
+                writer.add_delete_file(
+                    entry.data_file().clone(),
+                    sequence,
+                    entry.file_sequence_number,
+                )?;
             } else {
                 writer.add_existing_file(
                     entry.data_file().clone(),
@@ -320,7 +329,10 @@ pub(crate) async fn commit_plan(
         "deleted-data-files".into(),
         rewrite.inputs.len().to_string(),
     );
-    properties.insert("added-records".into(), rewrite.output.record_count().to_string());
+    properties.insert(
+        "added-records".into(),
+        rewrite.output.record_count().to_string(),
+    );
     properties.insert("deleted-records".into(), rows.to_string());
     properties.insert("added-files-size".into(), added_bytes.to_string());
     properties.insert("removed-files-size".into(), removed_bytes.to_string());
