@@ -49,8 +49,9 @@ pub const AUTH_FAILURES_TOTAL: &str = "skade_auth_failures_total";
 pub const SNAPSHOTS_EXPIRED_TOTAL: &str = "skade_snapshots_expired_total";
 /// Manifests replaced by merged ones in maintenance commits.
 pub const MANIFESTS_MERGED_TOTAL: &str = "skade_manifests_merged_total";
-/// Files written by maintenance commits in place of others (merged manifests), label
-/// `kind` = `manifest`.
+/// Files whose content maintenance commits rewrote into new files, label `kind` =
+/// `data` (data files replaced by compaction) | `manifest` (manifests replaced by
+/// merges).
 pub const FILES_REWRITTEN_TOTAL: &str = "skade_files_rewritten_total";
 /// Bytes of [`FILES_REWRITTEN_TOTAL`], label `kind`.
 pub const BYTES_REWRITTEN_TOTAL: &str = "skade_bytes_rewritten_total";
@@ -59,7 +60,7 @@ pub const BYTES_REWRITTEN_TOTAL: &str = "skade_bytes_rewritten_total";
 pub const FILES_DELETED_TOTAL: &str = "skade_files_deleted_total";
 /// Bytes of [`FILES_DELETED_TOTAL`], label `kind`.
 pub const BYTES_DELETED_TOTAL: &str = "skade_bytes_deleted_total";
-/// Failed maintenance jobs, label `job` = `expire` | `merge` | `cleanup`.
+/// Failed maintenance jobs, label `job` = `expire` | `merge` | `compact` | `cleanup` | `load`.
 pub const MAINTENANCE_ERRORS_TOTAL: &str = "skade_maintenance_errors_total";
 /// Snapshots in a table's metadata, label `table` (one series per catalog table; a
 /// dropped table's series is removed).
@@ -219,12 +220,12 @@ impl Metrics {
         );
         let files_rewritten = counter_vec(
             FILES_REWRITTEN_TOTAL,
-            "Files written by maintenance commits in place of others.",
+            "Files whose content maintenance commits rewrote into new files.",
             "kind",
         );
         let bytes_rewritten = counter_vec(
             BYTES_REWRITTEN_TOTAL,
-            "Bytes of files written by maintenance commits in place of others.",
+            "Bytes of files whose content maintenance commits rewrote into new files.",
             "kind",
         );
         let files_deleted = counter_vec(

@@ -7,10 +7,12 @@
 //! (Parquet size under a quarter of `--target-file-size`) of the same size tier (tier =
 //! ⌊log₄ size⌋, so files only merge with files of similar size and each row is rewritten
 //! about log₄ of the table's size times, as in size-tiered compaction), at most
-//! [`MAX_INPUT_FILES`] of them per job. It reads their rows in order, writes them as one
-//! file through skade's own encoder, named after the first input so the table still reads
-//! back in the order it was written (files are read in name order), and commits a
-//! `replace` snapshot: the inputs `DELETED`, the new file `ADDED`, the totals unchanged.
+//! [`MAX_INPUT_FILES`] per run and [`MAX_RUNS`] runs (and one `--target-file-size` of
+//! Parquet) per job. It reads each run's rows in order, writes them as one file through
+//! skade's own encoder, named after the run's first input so the table still reads back
+//! in the order it was written (files are read in name order), and commits one `replace`
+//! snapshot for the job: the inputs `DELETED`, the new files `ADDED`, the totals
+//! unchanged.
 //!
 //! The rows are read and the new file written *outside* the table's commit turn; then,
 //! under it, the job checks that every input is still live in the current snapshot and
@@ -34,16 +36,19 @@ use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
 /// `min-input-files` default).
 pub const MIN_INPUT_FILES: usize = 5;
-/// Most input files of one compaction job (a rate limit: one job per table per pass).
+/// Most input files of one run (one output file).
 pub const MAX_INPUT_FILES: usize = 64;
+/// Most runs one job (one commit, one table, one pass) rewrites: with
+/// [`MAX_INPUT_FILES`], at most 512 input files per table per pass.
+pub const MAX_RUNS: usize = 8;
 
-/// Rows rewritten into one new data file, not yet committed.
+/// Runs of small files rewritten into new data files, not yet committed.
 #[derive(Debug)]
 pub(crate) struct Rewrite {
     /// The files replaced.
     pub(crate) inputs: Vec<DataFile>,
-    /// The file written in their place.
-    pub(crate) output: DataFile,
+    /// The files written in their place, one per run.
+    pub(crate) outputs: Vec<DataFile>,
 }
 
 /// A written compaction commit.
@@ -80,8 +85,9 @@ pub(crate) async fn rewrite(
         return Ok(None);
     }
     let small = target_file_bytes / 4;
-    // At most half a target of Parquet read per job (a rate limit beside the file cap).
-    let budget = target_file_bytes / 2;
+    // At most half a target of Parquet per run, and a whole target per job: the rate
+    // limit beside the file caps.
+    let (run_budget, job_budget) = (target_file_bytes / 2, target_file_bytes);
     let mut live: Vec<DataFile> = Vec::new();
     for manifest in manifests {
         if manifest.content != ManifestContentType::Data {
@@ -94,24 +100,28 @@ pub(crate) async fn rewrite(
         }
     }
     live.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+    let mut runs: Vec<Vec<DataFile>> = Vec::new();
     let mut run: Vec<DataFile> = Vec::new();
-    let mut run_bytes = 0u64;
+    let (mut run_bytes, mut job_bytes) = (0u64, 0u64);
     for file in live {
         let size = file.file_size_in_bytes();
-        let fits = size < small
+        let joins = size < small
+            && run_bytes + size <= run_budget
+            && run.len() < MAX_INPUT_FILES
             && run
                 .last()
                 .is_none_or(|last| tier(last.file_size_in_bytes()) == tier(size));
-        if fits && run_bytes + size <= budget {
+        if joins {
             run_bytes += size;
             run.push(file);
-            if run.len() == MAX_INPUT_FILES {
-                break;
-            }
             continue;
         }
         if run.len() >= MIN_INPUT_FILES {
-            break;
+            job_bytes += run_bytes;
+            runs.push(std::mem::take(&mut run));
+            if runs.len() == MAX_RUNS || job_bytes >= job_budget {
+                break;
+            }
         }
         run.clear();
         run_bytes = 0;
@@ -120,34 +130,44 @@ pub(crate) async fn rewrite(
             run.push(file);
         }
     }
-    if run.len() < MIN_INPUT_FILES {
+    if run.len() >= MIN_INPUT_FILES && runs.len() < MAX_RUNS && job_bytes < job_budget {
+        runs.push(run);
+    }
+    if runs.is_empty() {
         return Ok(None);
     }
 
     let target = table_arrow_schema(table).map_err(to_iceberg)?;
-    let paths: Vec<String> = run.iter().map(|f| f.file_path().to_string()).collect();
     let name = table.identifier().to_string();
-    let batches = tokio::task::spawn_blocking(move || read_files(&paths))
-        .await
-        .map_err(|e| {
-            Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
-        })??;
-    let batches = batches
-        .iter()
-        .map(|b| conform_batch(&name, b, &target))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(to_iceberg)?;
-    let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
-    let Some(file) = encoded.pop() else {
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for run in runs {
+        let paths: Vec<String> = run.iter().map(|f| f.file_path().to_string()).collect();
+        let batches = tokio::task::spawn_blocking(move || read_files(&paths))
+            .await
+            .map_err(|e| {
+                Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
+            })??;
+        let batches = batches
+            .iter()
+            .map(|b| conform_batch(&name, b, &target))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(to_iceberg)?;
+        let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
+        let Some(file) = encoded.pop() else {
+            continue;
+        };
+        outputs.push(
+            write_file(table, output_path(run[0].file_path()), file)
+                .await
+                .map_err(to_iceberg)?,
+        );
+        inputs.extend(run);
+    }
+    if outputs.is_empty() {
         return Ok(None);
-    };
-    let output = write_file(table, output_path(run[0].file_path()), file)
-        .await
-        .map_err(to_iceberg)?;
-    Ok(Some(Rewrite {
-        inputs: run,
-        output,
-    }))
+    }
+    Ok(Some(Rewrite { inputs, outputs }))
 }
 
 /// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
@@ -285,7 +305,9 @@ pub(crate) async fn commit_plan(
         spec,
     )
     .build_v2_data();
-    added.add_file(rewrite.output.clone(), -1)?;
+    for output in &rewrite.outputs {
+        added.add_file(output.clone(), -1)?;
+    }
     out.insert(0, added.write_manifest_file().await?);
 
     let sequence_number = metadata.next_sequence_number();
@@ -304,7 +326,8 @@ pub(crate) async fn commit_plan(
 
     let removed_bytes: u64 = rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum();
     let rows: u64 = rewrite.inputs.iter().map(|f| f.record_count()).sum();
-    let added_bytes = rewrite.output.file_size_in_bytes();
+    let added_bytes: u64 = rewrite.outputs.iter().map(|f| f.file_size_in_bytes()).sum();
+    let added_rows: u64 = rewrite.outputs.iter().map(|f| f.record_count()).sum();
     let previous = &current.summary().additional_properties;
     let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i64>().ok());
     let mut properties: HashMap<String, String> = previous
@@ -315,7 +338,7 @@ pub(crate) async fn commit_plan(
     if let Some(files) = total("total-data-files") {
         properties.insert(
             "total-data-files".into(),
-            (files - rewrite.inputs.len() as i64 + 1).to_string(),
+            (files - rewrite.inputs.len() as i64 + rewrite.outputs.len() as i64).to_string(),
         );
     }
     if let Some(size) = total("total-files-size") {
@@ -324,15 +347,12 @@ pub(crate) async fn commit_plan(
             (size - removed_bytes as i64 + added_bytes as i64).to_string(),
         );
     }
-    properties.insert("added-data-files".into(), "1".into());
+    properties.insert("added-data-files".into(), rewrite.outputs.len().to_string());
     properties.insert(
         "deleted-data-files".into(),
         rewrite.inputs.len().to_string(),
     );
-    properties.insert(
-        "added-records".into(),
-        rewrite.output.record_count().to_string(),
-    );
+    properties.insert("added-records".into(), added_rows.to_string());
     properties.insert("deleted-records".into(), rows.to_string());
     properties.insert("added-files-size".into(), added_bytes.to_string());
     properties.insert("removed-files-size".into(), removed_bytes.to_string());

@@ -51,8 +51,8 @@ pub(crate) struct Merge {
     pub(crate) replaced: usize,
     /// Merged manifests written.
     pub(crate) written: usize,
-    /// Bytes of the merged manifests written.
-    pub(crate) written_bytes: u64,
+    /// Bytes of the manifests replaced.
+    pub(crate) replaced_bytes: u64,
     /// Manifests the new snapshot lists.
     pub(crate) manifests_after: usize,
 }
@@ -148,7 +148,7 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         .clone();
     let mut out = Vec::with_capacity(slots.len());
     let (mut replaced, mut written, mut entries) = (0usize, 0usize, 0usize);
-    let mut written_bytes = 0u64;
+    let mut replaced_bytes = 0u64;
     for slot in slots {
         let bin = match slot {
             Slot::Keep(manifest) => {
@@ -197,9 +197,11 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
                 entries += 1;
             }
         }
-        let merged = writer.write_manifest_file().await?;
-        written_bytes += u64::try_from(merged.manifest_length).unwrap_or(0);
-        out.push(merged);
+        replaced_bytes += bin
+            .iter()
+            .map(|m| u64::try_from(m.manifest_length).unwrap_or(0))
+            .sum::<u64>();
+        out.push(writer.write_manifest_file().await?);
         replaced += bin.len();
         written += 1;
     }
@@ -269,7 +271,7 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         ],
         replaced,
         written,
-        written_bytes,
+        replaced_bytes,
         manifests_after,
     }))
 }

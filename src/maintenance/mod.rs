@@ -1,5 +1,6 @@
-//! Online table maintenance: snapshot expiry, manifest merging and file cleanup, run in
-//! the background by the server for every table (README, "Table maintenance").
+//! Online table maintenance: snapshot expiry, manifest merging, small-file compaction and
+//! file cleanup, run in the background by the server for every table (README, "Table
+//! maintenance").
 //!
 //! A [`Maintainer`] runs a *pass* every `--maintenance-interval`. For each table, under
 //! this process's commit turn on the table (`write::table_commit_lock`, so in-process
@@ -14,7 +15,9 @@
 //! commit, warehouse sync before the pointer moves). A commit that conflicts (the table
 //! moved under it from outside this process) is dropped; the next pass plans again on
 //! the new base, so maintenance never overwrites an append. Then
-//! 3. it removes the files nothing references any more ([`cleanup`]), once the
+//! 3. it compacts a run of small data files ([`compact`]; rows rewritten outside the
+//!    turn, the inputs checked and the `replace` commit made under it), and
+//! 4. it removes the files nothing references any more ([`cleanup`]), once the
 //!    unreferencing commit is durable and the grace period `--cleanup-grace` has passed.
 //!
 //! Metadata JSON retention needs no job of its own: every commit's metadata keeps at
@@ -59,7 +62,7 @@ pub enum MaintenanceError {
     Job {
         /// The table, `ns.table`.
         table: String,
-        /// `expire`, `merge` or `load`.
+        /// `expire`, `merge`, `compact`, `cleanup` or `load`.
         job: &'static str,
         /// iceberg's or the catalog's error.
         #[source]
@@ -150,8 +153,8 @@ impl Maintainer {
     }
 
     /// Runs a pass every `--maintenance-interval` until `shutdown` is cancelled; a pass
-    /// in progress then stops at once (a commit it had queued still lands; files it had
-    /// written are leftovers for a later sweep).
+    /// in progress then stops after the table it is on (so when the task has ended,
+    /// nothing of it still uses the catalog).
     pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(self.config.maintenance_interval);
@@ -161,14 +164,12 @@ impl Maintainer {
                     _ = shutdown.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    report = self.run_pass() => {
-                        if let Err(e) = report {
-                            self.metrics.maintenance_errors.with_label_values(&[e.job()]).inc();
-                            warn!(error = %e, "maintenance pass failed");
-                        }
-                    }
+                if let Err(e) = self.pass(Some(&shutdown)).await {
+                    self.metrics
+                        .maintenance_errors
+                        .with_label_values(&[e.job()])
+                        .inc();
+                    warn!(error = %e, "maintenance pass failed");
                 }
             }
         })
@@ -183,8 +184,15 @@ impl Maintainer {
     /// # Cancel safety
     /// Dropping the future stops the pass; a commit already queued in the catalog's
     /// committer still lands, and files written for a commit that did not are leftovers
-    /// that a later sweep removes.
+    /// that a later sweep removes. Blocking catalog reads it started finish on their own
+    /// (and hold the catalog file open until then).
     pub async fn run_pass(&self) -> Result<PassReport, MaintenanceError> {
+        self.pass(None).await
+    }
+
+    /// [`Self::run_pass`], stopping between tables once `stop` is cancelled.
+    async fn pass(&self, stop: Option<&CancellationToken>) -> Result<PassReport, MaintenanceError> {
+        let stopped = || stop.is_some_and(CancellationToken::is_cancelled);
         let idents = self
             .catalog
             .all_tables()
@@ -196,9 +204,15 @@ impl Maintainer {
             ..PassReport::default()
         };
         for ident in &idents {
+            if stopped() {
+                return Ok(report);
+            }
             if let Err(e) = self.maintain(ident, &mut state, &mut report).await {
                 report.errors.push(e);
             }
+        }
+        if stopped() {
+            return Ok(report);
         }
         self.forget_dropped(&idents, &mut state);
         if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
@@ -277,7 +291,7 @@ impl Maintainer {
                         merge::plan(&table, &list).await.map_err(failed("merge"))?
                     {
                         let (replaced, written) = (merged.replaced, merged.written);
-                        let (after, bytes) = (merged.manifests_after, merged.written_bytes);
+                        let (after, bytes) = (merged.manifests_after, merged.replaced_bytes);
                         match self
                             .commit(ident, merged.requirements, merged.updates)
                             .await
@@ -292,7 +306,7 @@ impl Maintainer {
                                 self.metrics
                                     .files_rewritten
                                     .with_label_values(&["manifest"])
-                                    .inc_by(written as u64);
+                                    .inc_by(replaced as u64);
                                 self.metrics
                                     .bytes_rewritten
                                     .with_label_values(&["manifest"])
@@ -445,8 +459,9 @@ impl Maintainer {
         }
     }
 
-    /// Cleanup over every table, when a table changed since the last sweep, files wait
-    /// for their grace period, or [`SWEEP_AT_LEAST_EVERY`] passed.
+    /// Cleanup over every table, when a table changed since the last sweep or files wait
+    /// for their grace period (at most every tenth of the grace period), or
+    /// [`SWEEP_AT_LEAST_EVERY`] passed.
     async fn sweep(
         &self,
         idents: &[TableIdent],
@@ -485,11 +500,18 @@ impl Maintainer {
                 delete_metadata,
             });
         }
-        let due = state.waiting
-            || locations != state.swept_at
-            || state
-                .last_sweep
-                .is_none_or(|at| at.elapsed() >= SWEEP_AT_LEAST_EVERY);
+        // A sweep lists every table's directories: after a change it runs at most every
+        // tenth of the grace period (removals are then at most that late), and at least
+        // every SWEEP_AT_LEAST_EVERY for leftovers that appear without a commit.
+        let since = state.last_sweep.map(|at| at.elapsed());
+        let changed = state.waiting || locations != state.swept_at;
+        let due = match since {
+            None => true,
+            Some(since) => {
+                since >= SWEEP_AT_LEAST_EVERY
+                    || (changed && since >= self.config.cleanup_grace / 10)
+            }
+        };
         if !due {
             return Ok(());
         }
