@@ -279,6 +279,8 @@ async fn a_transaction_racing_a_put_on_one_of_its_tables_both_land() {
     let server = TestServer::start_with(|c| {
         c.ingest.target_file_size = 1;
         c.ingest.files_per_commit = 1.try_into().unwrap();
+        // Counts snapshots and commits exactly: no expiry, merge or compaction commits.
+        c.maintenance.enabled = false;
     })
     .await;
     // Both tables exist (without snapshots) before the race: a transaction that creates
