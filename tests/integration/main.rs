@@ -19,6 +19,7 @@ mod gc;
 mod ingest_multi;
 mod ingest_overlap;
 mod lifecycle;
+mod maintenance;
 mod operability;
 mod parallel_encode;
 mod rest;

@@ -4,7 +4,6 @@
 //! snapshot or a reader that loaded the table earlier still needs, a writer's files
 //! before their commit), and that maintenance never loses an append racing it.
 
-mod common;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -21,7 +20,7 @@ use skade::maintenance::{Maintainer, PassReport};
 use skade::metrics::Metrics;
 use skade::write::{self, WriteProps};
 
-use common::{CatalogDir, count, open_catalog};
+use crate::common::{self, CatalogDir, count, open_catalog};
 
 fn ident(name: &str) -> TableIdent {
     TableIdent::from_strs(["ns", name]).unwrap()
