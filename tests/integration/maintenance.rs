@@ -4,7 +4,6 @@
 //! snapshot or a reader that loaded the table earlier still needs, a writer's files
 //! before their commit), and that maintenance never loses an append racing it.
 
-
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
