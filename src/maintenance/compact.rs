@@ -19,18 +19,17 @@
 //! drops the attempt otherwise (the new file is then a leftover for cleanup) — so a
 //! compaction never loses or doubles a row, whatever appends run beside it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestFile, ManifestListWriter,
-    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, Summary,
+    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus,
+    ManifestWriterBuilder,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use super::merge::{now_ms, unique_snapshot_id};
+use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
@@ -310,31 +309,13 @@ pub(crate) async fn commit_plan(
     }
     out.insert(0, added.write_manifest_file().await?);
 
-    let sequence_number = metadata.next_sequence_number();
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let mut list = ManifestListWriter::v2(
-        file_io.new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(current.snapshot_id()),
-        sequence_number,
-    );
-    list.add_manifests(out.into_iter())?;
-    list.close().await?;
-
     let removed_bytes: u64 = rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum();
     let rows: u64 = rewrite.inputs.iter().map(|f| f.record_count()).sum();
     let added_bytes: u64 = rewrite.outputs.iter().map(|f| f.file_size_in_bytes()).sum();
     let added_rows: u64 = rewrite.outputs.iter().map(|f| f.record_count()).sum();
     let previous = &current.summary().additional_properties;
     let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i64>().ok());
-    let mut properties: HashMap<String, String> = previous
-        .iter()
-        .filter(|(k, _)| k.starts_with("total-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut properties = carried_totals(current);
     if let Some(files) = total("total-data-files") {
         properties.insert(
             "total-data-files".into(),
@@ -356,38 +337,11 @@ pub(crate) async fn commit_plan(
     properties.insert("deleted-records".into(), rows.to_string());
     properties.insert("added-files-size".into(), added_bytes.to_string());
     properties.insert("removed-files-size".into(), removed_bytes.to_string());
-    let snapshot = Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(current.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: properties,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
-        .build();
+    let (requirements, updates) =
+        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
     Ok(Some(Compaction {
-        requirements: vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_string(),
-                snapshot_id: Some(current.snapshot_id()),
-            },
-        ],
-        updates: vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ],
+        requirements,
+        updates,
         files: rewrite.inputs.len(),
         bytes: removed_bytes,
     }))

@@ -206,30 +206,10 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         written += 1;
     }
 
-    let sequence_number = metadata.next_sequence_number();
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let mut list = ManifestListWriter::v2(
-        file_io.new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(current.snapshot_id()),
-        sequence_number,
-    );
     let manifests_after = out.len();
-    list.add_manifests(out.into_iter())?;
-    list.close().await?;
-
     // The table's content is unchanged: the totals carry over (Java's
     // `RewriteManifests` summary, plus its manifest counts).
-    let mut properties: HashMap<String, String> = current
-        .summary()
-        .additional_properties
-        .iter()
-        .filter(|(k, _)| k.starts_with("total-"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut properties = carried_totals(current);
     properties.insert("manifests-created".into(), written.to_string());
     properties.insert("manifests-replaced".into(), replaced.to_string());
     properties.insert(
@@ -237,6 +217,61 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         (manifests_after - written).to_string(),
     );
     properties.insert("entries-processed".into(), entries.to_string());
+    let (requirements, updates) =
+        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
+    Ok(Some(Merge {
+        requirements,
+        updates,
+        replaced,
+        written,
+        replaced_bytes,
+        manifests_after,
+    }))
+}
+
+/// The `total-*` properties of `snapshot`'s summary.
+pub(crate) fn carried_totals(snapshot: &Snapshot) -> HashMap<String, String> {
+    snapshot
+        .summary()
+        .additional_properties
+        .iter()
+        .filter(|(k, _)| k.starts_with("total-"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Writes the manifest list of snapshot `snapshot_id` — operation `replace`, child of
+/// `table`'s current snapshot, listing `manifests`, summary `properties` — and returns
+/// its commit: the table's uuid and `main` still at the current snapshot as
+/// requirements, `AddSnapshot` and `SetSnapshotRef main` as updates (what iceberg's own
+/// snapshot producer commits).
+///
+/// # Errors
+/// `Unexpected` for a table without a current snapshot; the manifest list's write error.
+pub(crate) async fn replace_snapshot(
+    table: &Table,
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+    manifests: Vec<ManifestFile>,
+    properties: HashMap<String, String>,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let metadata = table.metadata();
+    let current = metadata
+        .current_snapshot()
+        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "replace without a current snapshot"))?;
+    let sequence_number = metadata.next_sequence_number();
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        Some(current.snapshot_id()),
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
     let snapshot = Snapshot::builder()
         .with_manifest_list(list_path)
         .with_snapshot_id(snapshot_id)
@@ -249,8 +284,8 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
         .build();
-    Ok(Some(Merge {
-        requirements: vec![
+    Ok((
+        vec![
             TableRequirement::UuidMatch {
                 uuid: metadata.uuid(),
             },
@@ -259,7 +294,7 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
                 snapshot_id: Some(current.snapshot_id()),
             },
         ],
-        updates: vec![
+        vec![
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_string(),
@@ -269,11 +304,7 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
                 ),
             },
         ],
-        replaced,
-        written,
-        replaced_bytes,
-        manifests_after,
-    }))
+    ))
 }
 
 /// A positive snapshot id no snapshot of `table` has (iceberg's own rule: two halves of

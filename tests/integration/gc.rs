@@ -15,7 +15,7 @@ use skade::catalog::gc::{GcError, GcOptions, collect_garbage};
 use skade::write::{self, WriteProps};
 
 /// Every regular file under `dir`.
-fn files(dir: &Path) -> BTreeSet<PathBuf> {
+pub(crate) fn files(dir: &Path) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

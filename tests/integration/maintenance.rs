@@ -104,23 +104,9 @@ async fn assert_every_snapshot_complete(table: &Table) {
     }
 }
 
+/// Every file under `dir` (the gc tests' listing).
 fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.push(path);
-            }
-        }
-    }
-    out
+    crate::gc::files(dir).into_iter().collect()
 }
 
 fn table_dir(c: &CatalogDir, name: &str) -> PathBuf {
@@ -460,6 +446,49 @@ async fn write_pins_protect_uncommitted_files_and_leftovers_go() {
     assert_eq!(count(&common::scan(&table, None).await), 4);
 }
 
+/// Runs maintenance passes back to back while `writers` tasks each make `commits`
+/// appends of `rows` rows to `ns.t` (ids `(writer * commits + i) * rows ..`), each
+/// holding a write pin as the server's writers do (the grace in these tests is 0).
+/// Returns the passes run and the data files they compacted.
+async fn passes_beside_writers(
+    m: &Arc<Maintainer>,
+    catalog: &Arc<RedbCatalog>,
+    writers: i64,
+    commits: i64,
+    rows: usize,
+) -> (usize, usize) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let runner = {
+        let (m, stop) = (m.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut passes, mut compacted) = (0, 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let report = m.run_pass().await.unwrap();
+                assert!(report.errors.is_empty(), "{:?}", report.errors);
+                passes += 1;
+                compacted += report.files_compacted;
+            }
+            (passes, compacted)
+        })
+    };
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let catalog = catalog.clone();
+            tokio::spawn(async move {
+                for i in 0..commits {
+                    let _pin = catalog.pin_writes();
+                    append(&catalog, "t", (w * commits + i) * rows as i64, rows).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    runner.await.unwrap()
+}
+
 /// 4 writers append to one table while maintenance passes run back to back with a
 /// small count bound and merge threshold: every acked row is in the final snapshot
 /// exactly once and every retained snapshot reads back completely. Catches: an expiry
@@ -475,37 +504,9 @@ async fn maintenance_never_loses_an_append_racing_it() {
     )
     .await;
     let m = Arc::new(maintainer(&c, 5, Duration::ZERO));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let runner = {
-        let (m, stop) = (m.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut passes = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let report = m.run_pass().await.unwrap();
-                assert!(report.errors.is_empty(), "{:?}", report.errors);
-                passes += 1;
-            }
-            passes
-        })
-    };
-    let writers: Vec<_> = (0..4i64)
-        .map(|w| {
-            let catalog = c.catalog.clone();
-            tokio::spawn(async move {
-                for i in 0..15i64 {
-                    // As the server's writers do: cleanup leaves a write's files alone
-                    // until it has committed (the grace here is 0).
-                    let _pin = catalog.pin_writes();
-                    append(&catalog, "t", (w * 15 + i) * 2, 2).await;
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.await.unwrap();
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(runner.await.unwrap() > 0);
+    let (passes, compacted) = passes_beside_writers(&m, &c.catalog, 4, 15, 2).await;
+    assert!(passes > 0);
+    let _ = compacted;
     pass(&m).await;
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
     assert_eq!(ids(&table, None).await, expected_ids(60, 2));
@@ -687,35 +688,7 @@ async fn compaction_beside_four_appending_writers_keeps_every_row_once() {
         },
         Metrics::new(),
     ));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let runner = {
-        let (m, stop) = (m.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut compacted = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let report = m.run_pass().await.unwrap();
-                assert!(report.errors.is_empty(), "{:?}", report.errors);
-                compacted += report.files_compacted;
-            }
-            compacted
-        })
-    };
-    let writers: Vec<_> = (0..4i64)
-        .map(|w| {
-            let catalog = c.catalog.clone();
-            tokio::spawn(async move {
-                for i in 0..25i64 {
-                    let _pin = catalog.pin_writes();
-                    append(&catalog, "t", (w * 25 + i) * 3, 3).await;
-                }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.await.unwrap();
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut compacted = runner.await.unwrap();
+    let (_, mut compacted) = passes_beside_writers(&m, &c.catalog, 4, 25, 3).await;
     for _ in 0..10 {
         compacted += pass(&m).await.files_compacted;
     }
