@@ -74,6 +74,20 @@ async fn set_properties(catalog: &RedbCatalog, name: &str, props: &[(&str, &str)
     tx.commit(catalog).await.unwrap();
 }
 
+/// A fresh catalog with table `ns.t` (properties `props`) after `commits` appends of
+/// `rows` rows each (ids from 0).
+async fn table_after(props: &[(&str, &str)], commits: i64, rows: usize) -> CatalogDir {
+    let c = open_catalog();
+    common::synthetic_table(&c.catalog, "ns", "t").await;
+    if !props.is_empty() {
+        set_properties(&c.catalog, "t", props).await;
+    }
+    for i in 0..commits {
+        append(&c.catalog, "t", i * rows as i64, rows).await;
+    }
+    c
+}
+
 /// Every id in `table`'s current snapshot, asserting there are no duplicates.
 async fn ids(table: &Table, snapshot: Option<i64>) -> BTreeSet<i64> {
     let batches = common::scan(table, snapshot).await;
@@ -132,11 +146,7 @@ fn expected_ids(n: i64, rows: i64) -> BTreeSet<i64> {
 /// snapshot references (a retained scan fails), cleanup not removing what expiry freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_expiry_keeps_the_newest_and_every_retained_snapshot_reads() {
-    let c = open_catalog();
-    common::synthetic_table(&c.catalog, "ns", "t").await;
-    for i in 0..30 {
-        append(&c.catalog, "t", i * 3, 3).await;
-    }
+    let c = table_after(&[], 30, 3).await;
     let m = maintainer(&c, 10, Duration::ZERO);
     let report = pass(&m).await;
     assert_eq!(report.snapshots_expired, 20);
@@ -172,17 +182,7 @@ async fn count_expiry_keeps_the_newest_and_every_retained_snapshot_reads() {
 /// a snapshot a tag needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn iceberg_min_snapshots_and_tags_win_over_the_count_bound() {
-    let c = open_catalog();
-    common::synthetic_table(&c.catalog, "ns", "t").await;
-    set_properties(
-        &c.catalog,
-        "t",
-        &[("history.expire.min-snapshots-to-keep", "12")],
-    )
-    .await;
-    for i in 0..20 {
-        append(&c.catalog, "t", i * 2, 2).await;
-    }
+    let c = table_after(&[("history.expire.min-snapshots-to-keep", "12")], 20, 2).await;
     let m = maintainer(&c, 5, Duration::ZERO);
     pass(&m).await;
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
@@ -282,11 +282,7 @@ async fn metadata_json_retention_follows_the_iceberg_properties() {
 /// merged manifest later appends cannot build on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manifests_merge_at_the_default_rules() {
-    let c = open_catalog();
-    common::synthetic_table(&c.catalog, "ns", "t").await;
-    for i in 0..120 {
-        append(&c.catalog, "t", i * 2, 2).await;
-    }
+    let c = table_after(&[], 120, 2).await;
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
     let manifests = |t: &Table| {
         let t = t.clone();
@@ -323,17 +319,7 @@ async fn manifests_merge_at_the_default_rules() {
 /// Catches: cleanup removing a file as soon as a commit unreferences it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_loaded_before_maintenance_finishes_its_scan() {
-    let c = open_catalog();
-    common::synthetic_table(&c.catalog, "ns", "t").await;
-    set_properties(
-        &c.catalog,
-        "t",
-        &[("commit.manifest.min-count-to-merge", "5")],
-    )
-    .await;
-    for i in 0..8 {
-        append(&c.catalog, "t", i * 2, 2).await;
-    }
+    let c = table_after(&[("commit.manifest.min-count-to-merge", "5")], 8, 2).await;
     // Every file is old: only the time since a commit unreferenced a file protects it,
     // not the file's own age.
     for file in files_under(&table_dir(&c, "t")) {
