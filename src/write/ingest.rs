@@ -229,7 +229,19 @@ pub async fn commit_files_with(
 ) -> Result<Table, WriteError> {
     let lock = table_commit_lock(table.metadata().uuid());
     let _turn = lock.lock().await;
-    let tx = Transaction::new(table);
+    // Under the turn, build on the table as it stands: another commit of this process
+    // (a stream, a transaction, table maintenance) may have moved it since `table` was
+    // loaded, and an old base's manifest list may be expired and deleted by now.
+    let current = catalog
+        .load_table(table.identifier())
+        .await
+        .map_err(|e| WriteError::catalog(table.identifier(), e))?;
+    let base = if current.metadata_location() == table.metadata_location() {
+        table
+    } else {
+        &current
+    };
+    let tx = Transaction::new(base);
     let tx = tx
         .fast_append()
         .with_check_duplicate(false)
