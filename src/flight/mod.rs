@@ -315,9 +315,9 @@ impl FlightService for SkadeFlight {
         // Online cleanup leaves the files this put writes alone until it has ended.
         let pin = self.svc.catalog.pin_writes();
         let session = sql::session_of(&request);
-        let writer = exactly_once::writer_id(request.metadata()).map_err(|e| self.fail(e))?;
-        // A Flight SQL ingest's key (writer + sequence headers); checked only on that lane.
-        let key = exactly_once::txn_key(request.metadata());
+        // Exactly-once headers: a writer id on a streaming put, writer id + sequence on a
+        // Flight SQL ingest; each lane reads its own below.
+        let headers = request.metadata().clone();
         let mut input = request.into_inner();
         let first = match input.message().await {
             Ok(Some(first)) => first,
@@ -360,13 +360,14 @@ impl FlightService for SkadeFlight {
                     ),
                 }));
             };
-            let key = key.map_err(|e| self.fail(e))?;
+            let key = exactly_once::txn_key(&headers).map_err(|e| self.fail(e))?;
             let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, (permit, pin))
                 .await
                 .map_err(|e| self.fail(e))?;
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
         };
         auth::record("table", &ident);
+        let writer = exactly_once::writer_id(&headers).map_err(|e| self.fail(e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
         self.svc.metrics.put_streams_active.inc();

@@ -339,29 +339,20 @@ async fn prepare(
     item: Segment,
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
-    let encoded = match item {
+    // The reservation (a file's rows' bytes) is held until its file is written.
+    let (encoded, _reservation, sequences) = match item {
         Segment::Commit => return Ok(Some(Written::Commit)),
-        Segment::Encoded(file) => Some(*file),
+        Segment::Encoded(file) => (Some(*file), None, None),
         Segment::File(FullFile {
             encoder,
             reservation,
             sequences,
-        }) => {
-            let encoded = finish(table, *encoder).await?;
-            return match (encoded, path) {
-                (Some(file), Some(path)) => {
-                    let data_file = write_file(table, path, file).await?;
-                    drop(reservation);
-                    Ok(Some(Written::File(Box::new(data_file), sequences)))
-                }
-                _ => Ok(None),
-            };
-        }
+        }) => (finish(table, *encoder).await?, Some(reservation), sequences),
     };
     match (encoded, path) {
         (Some(file), Some(path)) => Ok(Some(Written::File(
             Box::new(write_file(table, path, file).await?),
-            None,
+            sequences,
         ))),
         _ => Ok(None),
     }
