@@ -183,6 +183,19 @@ pub struct IngestConfig {
     /// `ResourceExhausted`.
     #[arg(long, env = "SKADE_MAX_TRANSACTIONS", default_value = "1024")]
     pub max_transactions: NonZeroUsize,
+
+    /// Most writer ids (exactly-once producers) the catalog keeps a high-water mark for;
+    /// a put or transaction from one more new writer id gets `ResourceExhausted` (README,
+    /// "Exactly-once"). Checked when the put or commit starts, so puts racing in from
+    /// new writers may pass it by their number.
+    #[arg(long, env = "SKADE_MAX_WRITERS", default_value = "100000")]
+    pub max_writers: NonZeroUsize,
+
+    /// A writer id that has not committed for this long is forgotten with its
+    /// high-water marks; if it comes back, its batches count as new (e.g. `7d`, as
+    /// Kafka's `transactional.id.expiration.ms`).
+    #[arg(long, env = "SKADE_WRITER_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub writer_retention: Duration,
 }
 
 impl Config {

@@ -34,8 +34,8 @@ pub fn router(service: Arc<Service>, tokens: Option<Arc<crate::auth::Tokens>>) -
 }
 
 /// The Prometheus text of every metric. The gauges of state that changes without an
-/// event — rows' bytes held against `--memory-budget`, and readiness (the same check as
-/// `/readyz`) — are read at scrape time.
+/// event — rows' bytes held against `--memory-budget`, the writer ids kept, and
+/// readiness (the same check as `/readyz`) — are read at scrape time.
 async fn render_metrics(State(service): State<Arc<Service>>) -> impl IntoResponse {
     let metrics = &service.metrics;
     let budget = &service.budget;
@@ -45,6 +45,11 @@ async fn render_metrics(State(service): State<Arc<Service>>) -> impl IntoRespons
     metrics
         .memory_reserved_bytes
         .set(i64::try_from(held).unwrap_or(i64::MAX));
+    if let Ok((writers, _)) = service.catalog.writers(None).await {
+        metrics
+            .writers
+            .set(i64::try_from(writers).unwrap_or(i64::MAX));
+    }
     let ready = check_ready(&service).await.is_ok();
     metrics.ready.set(i64::from(ready));
     (

@@ -248,7 +248,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     metrics
         .memory_budget_bytes
         .set(i64::try_from(service.budget.total_bytes()).unwrap_or(i64::MAX));
+    metrics
+        .writers_max
+        .set(i64::try_from(config.ingest.max_writers.get()).unwrap_or(i64::MAX));
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
+    flight::spawn_writer_expiry(Arc::downgrade(&service));
     let maintenance = config.maintenance.enabled.then(|| {
         Arc::new(
             maintenance::Maintainer::new(

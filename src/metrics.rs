@@ -70,6 +70,19 @@ pub const TABLE_MANIFESTS: &str = "skade_table_manifests";
 /// Live data files of a table's current snapshot, label `table`.
 pub const TABLE_DATA_FILES: &str = "skade_table_data_files";
 
+/// Writer ids with a committed high-water mark (exactly-once), read at scrape time.
+pub const WRITERS: &str = "skade_writers";
+/// `--max-writers`: the most writer ids the catalog keeps.
+pub const WRITERS_MAX: &str = "skade_writers_max";
+/// Writer ids forgotten after `--writer-retention` without a commit.
+pub const WRITERS_FORGOTTEN_TOTAL: &str = "skade_writers_forgotten_total";
+/// Batches of keyed streaming puts skipped as replays (at or below the writer's
+/// high-water mark).
+pub const BATCHES_REPLAYED_TOTAL: &str = "skade_batches_replayed_total";
+/// Keyed puts and Flight SQL commits that were entirely replays: answered with the
+/// original snapshot, nothing written. Label `lane` = `stream` | `multi`.
+pub const COMMITS_REPLAYED_TOTAL: &str = "skade_commits_replayed_total";
+
 /// The `lane` label of a commit on the streaming put.
 pub const LANE_STREAM: &str = "stream";
 /// The `lane` label of a multi-table commit.
@@ -131,6 +144,16 @@ pub struct Metrics {
     pub table_manifests: IntGaugeVec,
     /// See [`TABLE_DATA_FILES`].
     pub table_data_files: IntGaugeVec,
+    /// See [`WRITERS`].
+    pub writers: IntGauge,
+    /// See [`WRITERS_MAX`].
+    pub writers_max: IntGauge,
+    /// See [`WRITERS_FORGOTTEN_TOTAL`].
+    pub writers_forgotten: IntCounter,
+    /// See [`BATCHES_REPLAYED_TOTAL`].
+    pub batches_replayed: IntCounter,
+    /// See [`COMMITS_REPLAYED_TOTAL`].
+    pub commits_replayed: IntCounterVec,
 }
 
 impl Metrics {
@@ -267,6 +290,24 @@ impl Metrics {
             "Arrow bytes of rows in flight held against the memory budget.",
         );
         let ready = gauge(READY, "1 when /readyz answers 200, else 0.");
+        let writers = gauge(WRITERS, "Writer ids with a committed high-water mark.");
+        let writers_max = gauge(
+            WRITERS_MAX,
+            "Most writer ids the catalog keeps (--max-writers).",
+        );
+        let writers_forgotten = counter(
+            WRITERS_FORGOTTEN_TOTAL,
+            "Writer ids forgotten after --writer-retention without a commit.",
+        );
+        let batches_replayed = counter(
+            BATCHES_REPLAYED_TOTAL,
+            "Batches of keyed puts skipped as replays.",
+        );
+        let commits_replayed = counter_vec(
+            COMMITS_REPLAYED_TOTAL,
+            "Keyed puts and Flight SQL commits that were entirely replays.",
+            "lane",
+        );
         Self {
             registry,
             catalog_commits,
@@ -294,6 +335,11 @@ impl Metrics {
             table_snapshots,
             table_manifests,
             table_data_files,
+            writers,
+            writers_max,
+            writers_forgotten,
+            batches_replayed,
+            commits_replayed,
         }
     }
 

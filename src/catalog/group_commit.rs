@@ -42,7 +42,7 @@ use redb::{Database, ReadableTable};
 type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
-use super::marks::{MarkAdvance, WRITER_MARKS};
+use super::marks::{MarkAdvance, MarkTables};
 use super::{NAMESPACES, REDB_COMMITS, TABLES, durable};
 
 /// One pointer flip of a release.
@@ -260,9 +260,9 @@ impl Committer {
         {
             let mut tables = txn.open_table(TABLES).map_err(redb::Error::from)?;
             let mut namespaces = txn.open_table(NAMESPACES).map_err(redb::Error::from)?;
-            let mut marks = txn.open_table(WRITER_MARKS).map_err(redb::Error::from)?;
+            let mut marks = MarkTables::open(&txn)?;
             for request in batch {
-                if let Err(e) = check(&tables, &marks, &request.flips)? {
+                if let Err(e) = check(&tables, &marks.marks, &request.flips)? {
                     outcomes.push(Err(e));
                     continue;
                 }

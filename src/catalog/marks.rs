@@ -11,11 +11,18 @@
 
 use iceberg::TableUpdate;
 use iceberg::{Error, ErrorKind, Result};
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
+
+use super::KEY_SEP;
 
 /// `"{writer id}\u{1f}{table key}"` → [`WriterMark`] as 24 bytes (little-endian
 /// `sequence: u64`, `snapshot_id: i64`, `committed_at_ms: u64`).
 pub(super) const WRITER_MARKS: TableDefinition<&str, &[u8]> = TableDefinition::new("writer_marks");
+
+/// Writer id → when it last committed (milliseconds since the Unix epoch): one row per
+/// writer id that has a mark in [`WRITER_MARKS`], so the writer count is this table's
+/// length and idle writers are found without a scan of every mark.
+pub(super) const WRITERS: TableDefinition<&str, u64> = TableDefinition::new("writers");
 
 /// Snapshot summary property: the writer id of the producer whose batches the snapshot
 /// holds.
@@ -72,7 +79,91 @@ impl WriterMark {
 
 /// The redb key of `writer`'s mark in the table with key `table_key`.
 pub(super) fn mark_key(writer: &str, table_key: &str) -> String {
-    format!("{writer}\u{1f}{table_key}")
+    format!("{writer}{KEY_SEP}{table_key}")
+}
+
+/// The open mark tables of one redb write transaction.
+pub(super) struct MarkTables<'txn> {
+    /// [`WRITER_MARKS`].
+    pub(super) marks: redb::Table<'txn, &'static str, &'static [u8]>,
+    /// [`WRITERS`].
+    writers: redb::Table<'txn, &'static str, u64>,
+}
+
+impl<'txn> MarkTables<'txn> {
+    /// Opens both tables in `txn`.
+    pub(super) fn open(txn: &'txn WriteTransaction) -> std::result::Result<Self, redb::Error> {
+        Ok(Self {
+            marks: txn.open_table(WRITER_MARKS)?,
+            writers: txn.open_table(WRITERS)?,
+        })
+    }
+}
+
+/// Creates the mark tables if absent, and gives every writer id that has marks but no
+/// [`WRITERS`] row (a catalog written before that table existed) one, dated by its
+/// latest mark.
+pub(super) fn init(txn: &WriteTransaction) -> std::result::Result<(), redb::Error> {
+    let mut tables = MarkTables::open(txn)?;
+    if !tables.writers.is_empty()? || tables.marks.is_empty()? {
+        return Ok(());
+    }
+    let mut latest = std::collections::BTreeMap::<String, u64>::new();
+    for entry in tables.marks.iter()? {
+        let (key, value) = entry?;
+        let Some((writer, _)) = key.value().split_once(KEY_SEP) else {
+            continue;
+        };
+        let at = WriterMark::decode(value.value()).map_or(0, |m| m.committed_at_ms);
+        let slot = latest.entry(writer.to_string()).or_default();
+        *slot = (*slot).max(at);
+    }
+    for (writer, at) in latest {
+        tables.writers.insert(writer.as_str(), at)?;
+    }
+    Ok(())
+}
+
+/// The number of writer ids with a committed mark, and whether `writer` (when given) is
+/// one of them.
+pub(super) fn writers(
+    txn: &redb::ReadTransaction,
+    writer: Option<&str>,
+) -> std::result::Result<(u64, bool), redb::Error> {
+    let writers = txn.open_table(WRITERS)?;
+    let known = match writer {
+        Some(writer) => writers.get(writer)?.is_some(),
+        None => false,
+    };
+    Ok((writers.len()?, known))
+}
+
+/// Forgets every writer id whose last commit is older than `cutoff_ms` (milliseconds
+/// since the Unix epoch): its row in [`WRITERS`] and all its marks. Returns the writer
+/// ids forgotten, in order.
+pub(super) fn forget_idle(
+    txn: &WriteTransaction,
+    cutoff_ms: u64,
+) -> std::result::Result<Vec<String>, redb::Error> {
+    let mut tables = MarkTables::open(txn)?;
+    let mut idle = Vec::new();
+    for entry in tables.writers.iter()? {
+        let (writer, at) = entry?;
+        if at.value() < cutoff_ms {
+            idle.push(writer.value().to_string());
+        }
+    }
+    for writer in &idle {
+        tables.writers.remove(writer.as_str())?;
+        let start = format!("{writer}{KEY_SEP}");
+        // The separator is U+001F; U+0020 is the next character, so this range holds
+        // exactly the writer's marks.
+        let end = format!("{writer}\u{20}");
+        tables
+            .marks
+            .retain_in::<&str, _>(start.as_str()..end.as_str(), |_, _| false)?;
+    }
+    Ok(idle)
 }
 
 /// The mark a commit advances: read from its `add-snapshot` update's summary.
@@ -154,12 +245,73 @@ impl MarkAdvance {
         }
     }
 
-    /// Stores the advanced mark.
+    /// Stores the advanced mark, and the writer's last commit time.
     pub(super) fn apply(
         &self,
-        marks: &mut redb::Table<'_, &'static str, &'static [u8]>,
+        tables: &mut MarkTables<'_>,
     ) -> std::result::Result<(), redb::Error> {
-        marks.insert(self.key.as_str(), self.mark.encode().as_slice())?;
+        tables
+            .marks
+            .insert(self.key.as_str(), self.mark.encode().as_slice())?;
+        let at = tables
+            .writers
+            .get(self.writer.as_str())?
+            .map_or(0, |v| v.value());
+        tables
+            .writers
+            .insert(self.writer.as_str(), at.max(self.mark.committed_at_ms))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redb::ReadableDatabase;
+
+    fn advance(writer: &str, table: &str, at: u64) -> MarkAdvance {
+        MarkAdvance {
+            key: mark_key(writer, table),
+            writer: writer.to_string(),
+            table: table.to_string(),
+            first: 1,
+            mark: WriterMark {
+                sequence: 1,
+                snapshot_id: 1,
+                committed_at_ms: at,
+            },
+        }
+    }
+
+    /// Forgetting an idle writer removes its row and every mark it has, and nothing of
+    /// a busy writer whose id it prefixes. Catches a key range that spills into another
+    /// writer's marks.
+    #[test]
+    fn forgetting_a_writer_takes_its_marks_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("c.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        init(&txn).unwrap();
+        {
+            let mut tables = MarkTables::open(&txn).unwrap();
+            for (writer, table, at) in [
+                ("a", "ns\u{1f}t", 10),
+                ("a", "ns\u{1f}u", 20),
+                ("ab", "ns\u{1f}t", 500),
+            ] {
+                advance(writer, table, at).apply(&mut tables).unwrap();
+            }
+        }
+        assert_eq!(forget_idle(&txn, 100).unwrap(), vec!["a".to_string()]);
+        txn.commit().unwrap();
+        let read = db.begin_read().unwrap();
+        assert_eq!(writers(&read, Some("ab")).unwrap(), (1, true));
+        let marks = read.open_table(WRITER_MARKS).unwrap();
+        let keys: Vec<String> = marks
+            .iter()
+            .unwrap()
+            .map(|e| e.unwrap().0.value().to_string())
+            .collect();
+        assert_eq!(keys, vec![mark_key("ab", "ns\u{1f}t")]);
     }
 }

@@ -151,7 +151,7 @@ impl RedbCatalog {
         let txn = db.begin_write().map_err(redb_error)?;
         txn.open_table(NAMESPACES).map_err(redb_error)?;
         txn.open_table(TABLES).map_err(redb_error)?;
-        txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
+        marks::init(&txn).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         Ok(Self {
             committer: Arc::new(Committer::new(db.clone(), warehouse.clone())),
@@ -422,6 +422,35 @@ impl RedbCatalog {
                 .and_then(|v| marks::WriterMark::decode(v.value())))
         })
         .await
+    }
+
+    /// The number of writer ids with a committed high-water mark ([`marks`]), and whether
+    /// `writer` (when given) is one of them. The count is what `--max-writers` bounds.
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writers(&self, writer: Option<&str>) -> Result<(u64, bool)> {
+        let writer = writer.map(str::to_string);
+        self.read(move |txn| marks::writers(txn, writer.as_deref()).map_err(redb_error))
+            .await
+    }
+
+    /// Forgets every writer id whose last commit is older than `idle` (its high-water
+    /// marks in every table), in one redb write transaction; returns the ids forgotten.
+    /// A forgotten producer that comes back is a new one: its sequences start afresh,
+    /// and a replay of batches committed before it was forgotten lands again (README,
+    /// "Exactly-once").
+    ///
+    /// # Errors
+    /// redb's error writing the catalog; nothing is forgotten then.
+    pub async fn forget_idle_writers(&self, idle: std::time::Duration) -> Result<Vec<String>> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let cutoff_ms = u64::try_from(now_ms.saturating_sub(idle.as_millis())).unwrap_or(0);
+        self.ddl(move |txn| marks::forget_idle(txn, cutoff_ms).map_err(redb_error))
+            .await
     }
 
     /// Writes a planned table's first metadata and the metadata with `updates` applied;

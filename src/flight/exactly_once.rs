@@ -8,9 +8,13 @@
 //! exactly once.
 
 use std::str;
+use std::sync::Weak;
+use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
+use tracing::{info, warn};
 
+use super::Service;
 use crate::catalog::marks::{MAX_WRITER_ID_BYTES, WriterMark};
 use crate::error::Error;
 
@@ -252,4 +256,68 @@ pub(crate) fn txn_key(headers: &MetadataMap) -> Result<Option<TxnKey>, Error> {
             ),
         })?;
     Ok(Some(TxnKey { writer, sequence }))
+}
+
+/// Lets `writer` start a keyed put or transaction: a writer id the catalog knows always
+/// may; a new one only while fewer than `--max-writers` are kept.
+///
+/// # Errors
+/// [`Error::LimitReached`] for a new writer id at the limit; [`Error::Catalog`] when the
+/// catalog cannot be read.
+pub(crate) async fn admit_writer(svc: &Service, writer: &str) -> Result<(), Error> {
+    let (count, known) = svc
+        .catalog
+        .writers(Some(writer))
+        .await
+        .map_err(|e| Error::catalog(&writer, e))?;
+    let limit = svc.config.max_writers.get();
+    if !known && usize::try_from(count).unwrap_or(usize::MAX) >= limit {
+        return Err(Error::LimitReached {
+            what: "writer ids with a high-water mark",
+            limit,
+            flag: "--max-writers",
+        });
+    }
+    Ok(())
+}
+
+/// How often [`spawn_writer_expiry`] looks for idle writers: a tenth of the retention,
+/// between 1 second and 1 minute.
+fn expiry_tick(retention: Duration) -> Duration {
+    (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+/// Forgets writer ids idle longer than `--writer-retention`, in the background, until
+/// the service is dropped or shuts down; counts them on `skade_writers_forgotten_total`.
+pub(crate) fn spawn_writer_expiry(svc: Weak<Service>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Some(service) = svc.upgrade() else { return };
+            if service.shutdown.is_cancelled() {
+                return;
+            }
+            let retention = service.config.writer_retention;
+            match service.catalog.forget_idle_writers(retention).await {
+                Ok(forgotten) if !forgotten.is_empty() => {
+                    service
+                        .metrics
+                        .writers_forgotten
+                        .inc_by(forgotten.len() as u64);
+                    info!(
+                        writers = forgotten.len(),
+                        retention = %humantime::format_duration(retention),
+                        "idle writer ids forgotten"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "cannot forget idle writer ids"),
+            }
+            let shutdown = service.shutdown.clone();
+            drop(service);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(expiry_tick(retention)) => {}
+            }
+        }
+    })
 }

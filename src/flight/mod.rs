@@ -2,6 +2,7 @@
 //! ingest and transactions (Lane 2).
 
 mod exactly_once;
+pub(crate) use exactly_once::spawn_writer_expiry;
 pub mod names;
 mod put;
 mod read;

@@ -74,6 +74,7 @@ pub(crate) async fn run(
     let table = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
     let sequencer = match writer {
         Some(writer) => {
+            super::exactly_once::admit_writer(svc, &writer).await?;
             let mark = svc
                 .catalog
                 .writer_mark(&writer, &ident)
@@ -162,8 +163,15 @@ pub(crate) async fn run(
     }
     // The final ack names this stream's last snapshot; for a stream that was entirely a
     // replay, the snapshot that committed it originally; else 0 when nothing committed.
+    svc.metrics.batches_replayed.inc_by(replayed);
     let last_snapshot = match (stats.commits, start_mark) {
-        (0, Some(mark)) if replayed > 0 => mark.snapshot_id,
+        (0, Some(mark)) if replayed > 0 => {
+            svc.metrics
+                .commits_replayed
+                .with_label_values(&[LANE_STREAM])
+                .inc();
+            mark.snapshot_id
+        }
         (0, _) => 0,
         _ => table.metadata().current_snapshot_id().unwrap_or(0),
     };

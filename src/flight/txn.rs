@@ -176,9 +176,14 @@ impl TxnState {
         if let Some(key) = key {
             if self.is_replay(svc, key).await? {
                 info!(writer = %key.writer, sequence = key.sequence, "replayed commit skipped");
+                svc.metrics
+                    .commits_replayed
+                    .with_label_values(&[lane])
+                    .inc();
                 self.discard().await;
                 return Ok((Vec::new(), IngestStats::default()));
             }
+            super::exactly_once::admit_writer(svc, &key.writer).await?;
             properties = marks::summary(&key.writer, key.sequence, key.sequence);
         }
         let staged: Vec<StagedTable> = self

@@ -103,6 +103,12 @@ async fn a_keyed_put_sent_three_times_lands_once() {
     assert_eq!(count(&get(&mut client, &PATH).await), 30);
     assert_eq!(snapshots(&server).await, 1);
     assert_eq!(commits(&server).await - before, 1.0);
+    let metrics = server.http_get("/metrics").await.1;
+    assert_eq!(metric(&metrics, "skade_batches_replayed_total"), 6.0);
+    assert_eq!(
+        metric(&metrics, "skade_commits_replayed_total{lane=\"stream\"}"),
+        2.0
+    );
     // The snapshot summary names the writer and its range for Iceberg readers.
     let ident = TableIdent::from_strs(PATH).unwrap();
     let table = server
@@ -206,5 +212,93 @@ async fn racing_duplicates_land_once() {
     }
     let mut client = server.client().await;
     assert_eq!(count(&get(&mut client, &PATH).await), 30);
+    server.stop().await;
+}
+
+/// The marks `writer` has, as the `skade.v1.WriterMarks` action reports them.
+async fn marks_of(client: &mut FlightClient, writer: &str) -> Vec<serde_json::Value> {
+    let reply: Vec<bytes::Bytes> = client
+        .do_action(Action::new("skade.v1.WriterMarks", writer.to_string()))
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let reply: serde_json::Value = serde_json::from_slice(&reply[0]).unwrap();
+    reply["marks"].as_array().cloned().unwrap_or_default()
+}
+
+/// At `--max-writers`, a new writer id is refused with `ResourceExhausted` naming the
+/// flag and lands nothing, while writer ids already kept go on. Catches unbounded
+/// exactly-once state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_ids_past_max_writers_are_refused() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.max_writers = std::num::NonZeroUsize::new(2).unwrap();
+    })
+    .await;
+    let mut client = server.client().await;
+    keyed_put(&mut client, "a", 1, batches(0, 1)).await.unwrap();
+    keyed_put(&mut client, "b", 1, batches(10, 1))
+        .await
+        .unwrap();
+    let err = keyed_put(&mut client, "c", 1, batches(20, 1))
+        .await
+        .unwrap_err();
+    let (code, message) = status_of(err);
+    assert_eq!(code, Code::ResourceExhausted, "{message}");
+    assert!(message.contains("--max-writers"), "{message}");
+    keyed_put(&mut client, "a", 2, batches(30, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        count(&get(&mut client, &PATH).await),
+        30,
+        "a, b, a: c landed nothing"
+    );
+    let metrics = server.http_get("/metrics").await.1;
+    assert_eq!(metric(&metrics, "skade_writers"), 2.0);
+    assert_eq!(metric(&metrics, "skade_writers_max"), 2.0);
+    server.stop().await;
+}
+
+/// A writer id idle longer than `--writer-retention` is forgotten with its marks (and
+/// counted), so the catalog's exactly-once state does not grow with every producer ever
+/// seen; a writer that keeps committing is kept. Catches marks that are never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_writer_ids_are_forgotten_after_the_retention() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.writer_retention = std::time::Duration::from_secs(2);
+    })
+    .await;
+    let mut client = server.client().await;
+    keyed_put(&mut client, "idle", 1, batches(0, 1))
+        .await
+        .unwrap();
+    assert_eq!(marks_of(&mut client, "idle").await.len(), 1);
+    let mut sequence = 1;
+    let forgotten = common::within(30, async {
+        loop {
+            // "busy" commits every 500 ms, well inside the retention.
+            sequence += 1;
+            keyed_put(
+                &mut client,
+                "busy",
+                sequence,
+                batches(10 * sequence as i64, 1),
+            )
+            .await
+            .unwrap();
+            if marks_of(&mut client, "idle").await.is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+    });
+    forgotten.await;
+    assert_eq!(marks_of(&mut client, "busy").await.len(), 1, "busy is kept");
+    let metrics = server.http_get("/metrics").await.1;
+    assert_eq!(metric(&metrics, "skade_writers_forgotten_total"), 1.0);
+    assert_eq!(metric(&metrics, "skade_writers"), 1.0);
     server.stop().await;
 }
