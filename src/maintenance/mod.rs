@@ -351,7 +351,12 @@ impl Maintainer {
             return Ok(());
         }
         let manifests = merge::current_manifests(&table).await?;
-        let Some(rewrite) = compact::rewrite(&table, &manifests, self.target_file_bytes).await?
+        let Some(rewrite) = compact::rewrite(
+            &table,
+            &manifests,
+            crate::write::target_file_size(&table, self.target_file_bytes),
+        )
+        .await?
         else {
             state.compacted.insert(name, current);
             return Ok(());

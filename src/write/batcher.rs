@@ -54,6 +54,24 @@ pub trait FileSink {
     ) -> impl std::future::Future<Output = Result<(), WriteError>> + Send;
 }
 
+/// Iceberg's table property for the target size of a data file, in bytes (Iceberg spec,
+/// "Table Properties", `write.target-file-size-bytes`). When a table sets it, skade's
+/// batcher cuts that table's files at it (measured like `--target-file-size`, in Arrow
+/// bytes of rows) and compaction aims at it (README, "Table maintenance").
+pub const TARGET_FILE_SIZE_PROPERTY: &str = "write.target-file-size-bytes";
+
+/// `table`'s target data file size in bytes: its [`TARGET_FILE_SIZE_PROPERTY`] when that
+/// is a positive integer, else `default` (`--target-file-size`).
+pub fn target_file_size(table: &Table, default: u64) -> u64 {
+    table
+        .metadata()
+        .properties()
+        .get(TARGET_FILE_SIZE_PROPERTY)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&bytes| bytes > 0)
+        .unwrap_or(default)
+}
+
 /// The limits a [`Batcher`] cuts by.
 #[derive(Debug, Clone)]
 pub struct BatchLimits {
@@ -85,12 +103,14 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher for `table`'s current schema and Parquet properties.
+    /// A batcher for `table`'s current schema and Parquet properties; the table's
+    /// [`TARGET_FILE_SIZE_PROPERTY`] overrides `limits.target_file_size_bytes`.
     ///
     /// # Errors
     /// [`WriteError::UnsupportedSchema`] when the table's schema has no Arrow form, or
     /// [`WriteError::Encode`] for an unusable Parquet property.
-    pub fn new(table: &Table, limits: BatchLimits) -> Result<Self, WriteError> {
+    pub fn new(table: &Table, mut limits: BatchLimits) -> Result<Self, WriteError> {
+        limits.target_file_size_bytes = target_file_size(table, limits.target_file_size_bytes);
         Ok(Self {
             table_name: table.identifier().to_string(),
             arrow: table_arrow_schema(table)?,

@@ -42,7 +42,10 @@ pub mod schema;
 pub mod stage;
 pub mod types;
 
-pub use batcher::{BatchLimits, Batcher, FileSink, FullFile, batch_bytes};
+pub use batcher::{
+    BatchLimits, Batcher, FileSink, FullFile, TARGET_FILE_SIZE_PROPERTY, batch_bytes,
+    target_file_size,
+};
 pub use budget::{MemoryBudget, Reservation};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};

@@ -747,3 +747,25 @@ async fn compaction_beside_four_appending_writers_keeps_every_row_once() {
     }
     assert_eq!(in_name_order, (0..20).collect::<Vec<i64>>());
 }
+
+/// A table's `write.target-file-size-bytes` overrides `--target-file-size` for its
+/// puts: with 1 byte, each batch of one stream becomes its own data file. Catches the
+/// Iceberg property being ignored (compaction aims at the same target).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tables_target_file_size_property_cuts_its_files() {
+    let server = common::TestServer::start().await;
+    let mut client = server.client().await;
+    let path = ["ns", "t"];
+    common::put(&mut client, &path, vec![common::synthetic_batch(0, 10)])
+        .await
+        .unwrap();
+    let catalog = server.running.service.catalog.clone();
+    set_properties(&catalog, "t", &[("write.target-file-size-bytes", "1")]).await;
+    let before = common::parquet_files(&server.warehouse()).len();
+    let batches = (1..4).map(|i| common::synthetic_batch(i * 10, 10)).collect();
+    common::put(&mut client, &path, batches).await.unwrap();
+    let after = common::parquet_files(&server.warehouse()).len();
+    assert_eq!(after - before, 3, "one data file per batch");
+    assert_eq!(count(&common::get(&mut client, &path).await), 40);
+    server.stop().await;
+}
