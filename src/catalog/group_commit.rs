@@ -304,7 +304,8 @@ impl Committer {
             counter.inc();
         }
         txn.commit().map_err(redb::Error::from)?;
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let commits = self.counters.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        super::fault::after_commit(commits);
         REDB_COMMITS.fetch_add(1, Ordering::Relaxed);
         if let Some(counter) = self.counters.on_commit.get() {
             counter.inc();

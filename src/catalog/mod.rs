@@ -17,6 +17,8 @@
 //! [`gc`] removes the files no table's metadata references (`skade gc`).
 
 pub mod durable;
+#[doc(hidden)]
+pub mod fault;
 pub mod gc;
 mod group_commit;
 pub mod marks;

@@ -762,7 +762,9 @@ async fn a_tables_target_file_size_property_cuts_its_files() {
     let catalog = server.running.service.catalog.clone();
     set_properties(&catalog, "t", &[("write.target-file-size-bytes", "1")]).await;
     let before = common::parquet_files(&server.warehouse()).len();
-    let batches = (1..4).map(|i| common::synthetic_batch(i * 10, 10)).collect();
+    let batches = (1..4)
+        .map(|i| common::synthetic_batch(i * 10, 10))
+        .collect();
     common::put(&mut client, &path, batches).await.unwrap();
     let after = common::parquet_files(&server.warehouse()).len();
     assert_eq!(after - before, 3, "one data file per batch");

@@ -1,0 +1,33 @@
+//! Fault injection for the crash test (`tests/crash/`): with
+//! `SKADE_FAULT_KILL_AFTER_COMMITS=n` in its environment, the process SIGKILLs itself
+//! right after its `n`-th durable data commit — after the redb transaction committed and
+//! before any caller learns of it, so before the ack. That is the moment a retrying
+//! producer cannot tell from a failed commit (README, "Exactly-once"); a kill from
+//! outside hits it only by chance. Never set in production; unset, it costs one read of
+//! a `OnceLock` per commit.
+
+use std::sync::OnceLock;
+
+/// The environment variable that arms the fault.
+pub const KILL_AFTER_COMMITS: &str = "SKADE_FAULT_KILL_AFTER_COMMITS";
+
+/// Called after the `commits`-th durable data commit of this process's catalog.
+pub(super) fn after_commit(commits: u64) {
+    static ARMED: OnceLock<Option<u64>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        std::env::var(KILL_AFTER_COMMITS)
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if *armed == Some(commits) {
+        tracing::error!(
+            commits,
+            "{KILL_AFTER_COMMITS}: killing the process after this commit"
+        );
+        // SAFETY: signalling our own process; SIGKILL cannot be caught, so this is the
+        // same end as a kill from outside: no destructor, no flush.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
