@@ -30,7 +30,9 @@
 //!   64 KiB `write.target-file-size-bytes` so its files are small enough to compact.
 //!   Kills therefore also land in expiry, merge, compaction and cleanup.
 //! - 1 Flight SQL client: transactions that ingest the same id range into `crash.txa`
-//!   and `crash.txb`, then COMMIT (3 in 4) or ROLLBACK.
+//!   and `crash.txb`, then COMMIT (3 in 4) or ROLLBACK. It is an exactly-once producer
+//!   (`x-skade-writer-id` and `x-skade-sequence` headers): a transaction to commit that
+//!   failed is made again, same rows and sequence, on the next server until it commits.
 //!
 //! After every kill, with the server dead, the test opens the catalog itself and checks:
 //! - every acked commit is there: each stream's acked rows are present (its acked
@@ -458,21 +460,53 @@ fn ingest_cmd(table: &str, txn: &bytes::Bytes) -> CommandStatementIngest {
     }
 }
 
-/// The Flight SQL client: transactions over `txa` and `txb` until stopped.
+/// One transaction the Flight SQL client means to make: `rows` rows into `txa` and
+/// `txb`, committed (keyed: writer `crash-txn`, sequence `txn_no`) or rolled back.
+#[derive(Debug, Clone, Copy)]
+struct TxnPlan {
+    txn_no: i64,
+    rows: i64,
+    rollback: bool,
+    /// Index of its [`TxnRecord`] in `Shared::txns`.
+    record: usize,
+}
+
+/// The Flight SQL client: transactions over `txa` and `txb` until stopped. It is an
+/// exactly-once producer: a transaction to commit that failed (its COMMIT maybe landed)
+/// is made again, same rows and sequence, on the next server until it commits.
 async fn txn_client(client: usize, shared: Arc<Shared>, seed: u64) {
     let mut rng = Rng(seed ^ 0x5151_5151);
     let mut rx = shared.server.subscribe();
     let mut failed_gen = 0;
     let mut txn_no = 0i64;
+    let mut unfinished: Option<TxnPlan> = None;
     while let Some(generation) = next_server(&mut rx, failed_gen, &shared).await {
-        txn_no += 1;
-        match txn_once(generation, client, txn_no, &mut rng, &shared).await {
+        let plan = unfinished.take().unwrap_or_else(|| {
+            txn_no += 1;
+            let (rows, rollback) = (rng.range(1, 300) as i64, rng.range(0, 4) == 0);
+            let mut txns = lock(&shared.txns);
+            txns.push(TxnRecord {
+                first: client_base(TXN_CLIENT) + txn_no * 1000,
+                rows,
+                outcome: TxnOutcome::NotCommitted,
+            });
+            TxnPlan {
+                txn_no,
+                rows,
+                rollback,
+                record: txns.len() - 1,
+            }
+        });
+        match txn_once(generation, client, plan, &shared).await {
             Ok(()) if shared.stop.load(Ordering::SeqCst) => return,
             Ok(()) => {
                 tokio::time::sleep(Duration::from_millis(rng.range(0, 30))).await;
                 park_if_gone(&shared, &rx, client, generation, &mut failed_gen);
             }
             Err(e) => {
+                if !plan.rollback {
+                    unfinished = Some(plan);
+                }
                 failed_gen = generation.n;
                 failed(&shared, client, generation.n, e);
             }
@@ -483,22 +517,14 @@ async fn txn_client(client: usize, shared: Arc<Shared>, seed: u64) {
 async fn txn_once(
     generation: Generation,
     client: usize,
-    txn_no: i64,
-    rng: &mut Rng,
+    plan: TxnPlan,
     shared: &Arc<Shared>,
 ) -> Result<(), String> {
     let mut sql = FlightSqlServiceClient::new(channel(generation.flight).await?);
-    let first = client_base(TXN_CLIENT) + txn_no * 1000;
-    let rows = rng.range(1, 300) as i64;
-    let index = {
-        let mut txns = lock(&shared.txns);
-        txns.push(TxnRecord {
-            first,
-            rows,
-            outcome: TxnOutcome::NotCommitted,
-        });
-        txns.len() - 1
-    };
+    sql.set_header("x-skade-writer-id", "crash-txn");
+    sql.set_header("x-skade-sequence", plan.txn_no.to_string());
+    let first = client_base(TXN_CLIENT) + plan.txn_no * 1000;
+    let index = plan.record;
     status(
         shared,
         client,
@@ -511,21 +537,26 @@ async fn txn_once(
             client,
             format!("gen {}: ingest {table}", generation.n),
         );
-        let batch = synthetic_batch(first + offset, rows as usize);
+        let batch = synthetic_batch(first + offset, plan.rows as usize);
         rpc(
             "ingest",
             sql.execute_ingest(ingest_cmd(table, &txn), futures::stream::iter([Ok(batch)])),
         )
         .await?;
     }
-    if rng.range(0, 4) == 0 {
+    if plan.rollback {
         return rpc(
             "rollback",
             sql.end_transaction(txn, EndTransaction::Rollback),
         )
         .await;
     }
-    lock(&shared.txns)[index].outcome = TxnOutcome::Unknown;
+    {
+        let mut txns = lock(&shared.txns);
+        if txns[index].outcome == TxnOutcome::NotCommitted {
+            txns[index].outcome = TxnOutcome::Unknown;
+        }
+    }
     status(shared, client, format!("gen {}: commit", generation.n));
     rpc("commit", sql.end_transaction(txn, EndTransaction::Commit)).await?;
     lock(&shared.txns)[index].outcome = TxnOutcome::Committed;
@@ -783,6 +814,12 @@ impl Verifier {
                 TxnOutcome::NotCommitted => seen == (0, 0),
                 TxnOutcome::Unknown => seen == (0, 0) || seen == (t.rows, t.rows),
             };
+            if finished && t.outcome == TxnOutcome::Unknown {
+                check.violations.push(format!(
+                    "transaction {:#x}: its COMMIT was never answered, though it was retried after every kill",
+                    t.first
+                ));
+            }
             if t.outcome == TxnOutcome::Committed {
                 check.acked_commits += 1;
                 check.acked_rows += 2 * t.rows as u64;
