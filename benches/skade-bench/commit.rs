@@ -32,7 +32,18 @@ pub(crate) async fn commit(runs: usize) {
     let mut shared = Vec::new();
     // Put latencies of every stream of the 16-stream lane.
     let mut many_latencies = Vec::new();
-    for _ in 0..runs {
+    for run in 0..runs {
+        // The one-stream lanes, unkeyed and keyed, each on a fresh server (maintenance
+        // of one lane's table must not slow the other), in alternating order.
+        for keyed_first in [run % 2 == 1, run % 2 == 0] {
+            let (rate, lat) = one_stream(puts, keyed_first).await;
+            if keyed_first {
+                keyed.push(rate);
+            } else {
+                single.push(rate);
+                latencies.extend(lat);
+            }
+        }
         let server_dir = tempfile::tempdir().expect("temp dir");
         let running = skade::start(skade::Config::for_tests(server_dir.path()))
             .await
@@ -48,25 +59,6 @@ pub(crate) async fn commit(runs: usize) {
             }
             lat
         };
-        let started = Instant::now();
-        let lat = tiny(connect(running.flight_addr).await, "one".into(), puts).await;
-        single.push(puts as f64 / started.elapsed().as_secs_f64());
-        latencies.extend(lat);
-
-        // The same lane as an exactly-once producer (writer id + sequences).
-        let mut client = connect(running.flight_addr).await;
-        client
-            .add_header("x-skade-writer-id", "bench-writer")
-            .expect("header");
-        let (started, mut sequence) = (Instant::now(), 1);
-        for i in 0..puts {
-            let tiny_batch = vec![batch((i * 10) as i64, 10)];
-            sequence = put_keyed(&mut client, "one_keyed", schema(), tiny_batch, sequence)
-                .await
-                .1;
-        }
-        keyed.push(puts as f64 / started.elapsed().as_secs_f64());
-
         let started = Instant::now();
         let transactions = skade::redb_commit_count();
         let mut tasks = Vec::new();
@@ -221,4 +213,37 @@ async fn tiny_files(table: &Table, round: usize) -> Vec<iceberg::spec::DataFile>
     )
     .await
     .expect("write")
+}
+
+/// `puts` tiny puts (10 rows, one commit each) by one stream into one table of a fresh
+/// server, as an exactly-once producer when `keyed` (writer id + sequences): the
+/// commits/s and each put's latency in seconds.
+async fn one_stream(puts: usize, keyed: bool) -> (f64, Vec<f64>) {
+    let server_dir = tempfile::tempdir().expect("temp dir");
+    let running = skade::start(skade::Config::for_tests(server_dir.path()))
+        .await
+        .expect("server");
+    let mut client = connect(running.flight_addr).await;
+    if keyed {
+        client
+            .add_header("x-skade-writer-id", "bench-writer")
+            .expect("header");
+    }
+    let mut latencies = Vec::with_capacity(puts);
+    let (started, mut sequence) = (Instant::now(), 1);
+    for i in 0..puts {
+        let tiny_batch = vec![batch((i * 10) as i64, 10)];
+        let put_started = Instant::now();
+        if keyed {
+            sequence = put_keyed(&mut client, "one", schema(), tiny_batch, sequence)
+                .await
+                .1;
+        } else {
+            put(&mut client, "one", schema(), tiny_batch).await;
+        }
+        latencies.push(put_started.elapsed().as_secs_f64());
+    }
+    let rate = puts as f64 / started.elapsed().as_secs_f64();
+    running.shutdown_and_wait().await.expect("shutdown");
+    (rate, latencies)
 }

@@ -22,9 +22,9 @@
 //!   (retryable), `TableAlreadyExists` or `TableNotFound` — and writes nothing, while the
 //!   rest of the batch commits.
 //! - **A multi-table release stays all or nothing**: all of its compare-and-swaps are
-//!   checked before any of its pointers is written (design note `ingest_multi` §f1).
+//!   checked before any of its pointers is written (`docs/design/ingest_multi.md` §f1).
 //!
-//! Counting (design note `ingest_multi` §f4): a batch that applied at least one release
+//! Counting (`docs/design/ingest_multi.md` §f4): a batch that applied at least one release
 //! is ONE redb write transaction and counts once in [`super::redb_commit_count`],
 //! [`super::RedbCatalog::commit_count`] and `skade_catalog_commits_total` (one fsync),
 //! and once in the sync counters (one `syncfs`); a batch in which every release

@@ -9,7 +9,7 @@
 //! same contract as iceberg-rust's SQL catalog).
 //!
 //! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one write
-//! transaction, one fsync, all or nothing (design note `ingest_multi` §f0, §f4).
+//! transaction, one fsync, all or nothing (`docs/design/ingest_multi.md` §f0, §f4).
 //! Concurrent commits (of different tables, or several multi-table releases) share one
 //! warehouse sync and one write transaction ([`group_commit`]), each still acked only
 //! after that transaction is durable. The latest metadata of each table is kept parsed
@@ -59,7 +59,7 @@ static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 
 /// Process-global count of durable redb write transactions on the data paths. Each is
 /// one fsync at `Durability::Immediate`, so this is the write path's commit-fsync count
-/// (design note `ingest_multi` §f4): a lone single-table commit
+/// (`docs/design/ingest_multi.md` §f4): a lone single-table commit
 /// ([`Catalog::update_table`]) or a non-empty [`RedbCatalog::atomic_release_raw`] counts
 /// one; commits that ran concurrently and shared one transaction ([`group_commit`])
 /// count one together, so under contention this is less than the number of commits.
@@ -293,7 +293,7 @@ impl RedbCatalog {
     /// # Errors
     /// - `DataInvalid` when an identifier appears twice — rejected before anything is
     ///   written, since both entries would build on the same base and one would be lost
-    ///   (design note `ingest_multi` §f1, "Distinct idents per batch").
+    ///   (`docs/design/ingest_multi.md` §f1, "Distinct idents per batch").
     /// - `TableNotFound` for an unknown table; `CatalogCommitConflicts` (retryable) when a
     ///   requirement fails or a pointer moved after it was read. Nothing is committed; the
     ///   metadata files already written are orphans.
