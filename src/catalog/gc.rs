@@ -187,37 +187,7 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
         options: Some(options),
         ..GcReport::default()
     };
-    let now = SystemTime::now();
-    for location in &locations {
-        for dir in ["data", "metadata"] {
-            for (file, meta) in files_under(&location.join(dir))? {
-                if referenced.contains(&file) {
-                    continue;
-                }
-                let modified = meta.modified().map_err(|source| GcError::Io {
-                    what: "read the modification time of",
-                    path: file.clone(),
-                    source,
-                })?;
-                // A modification time in the future counts as age 0: kept.
-                let age = now.duration_since(modified).unwrap_or_default();
-                if age < options.grace {
-                    report.young_orphans += 1;
-                    continue;
-                }
-                if !options.dry_run {
-                    std::fs::remove_file(&file).map_err(|source| GcError::Io {
-                        what: "remove",
-                        path: file.clone(),
-                        source,
-                    })?;
-                }
-                debug!(path = %file.display(), bytes = meta.len(), dry_run = options.dry_run, "orphan removed");
-                report.removed_bytes += meta.len();
-                report.removed.push(file);
-            }
-        }
-    }
+    remove_orphans(&locations, &referenced, options, &mut report)?;
     info!(
         tables = report.tables,
         referenced = report.referenced_files,
@@ -314,6 +284,53 @@ impl ReferenceWalker {
         self.lists.retain(|path, _| used.contains(path));
         self.manifests.retain(|path, _| used.contains(path));
     }
+}
+
+/// Removes (or, on a dry run, lists) every file under the `data/` and `metadata/` of
+/// `locations` that is not `referenced` and older than `options.grace`, recording it in
+/// `report`.
+///
+/// # Errors
+/// [`GcError::Io`] for a listing, modification time or removal that failed; files
+/// removed before it stay removed.
+fn remove_orphans(
+    locations: &[PathBuf],
+    referenced: &HashSet<PathBuf>,
+    options: GcOptions,
+    report: &mut GcReport,
+) -> Result<(), GcError> {
+    let now = SystemTime::now();
+    for location in locations {
+        for dir in ["data", "metadata"] {
+            for (file, meta) in files_under(&location.join(dir))? {
+                if referenced.contains(&file) {
+                    continue;
+                }
+                let modified = meta.modified().map_err(|source| GcError::Io {
+                    what: "read the modification time of",
+                    path: file.clone(),
+                    source,
+                })?;
+                // A modification time in the future counts as age 0: kept.
+                let age = now.duration_since(modified).unwrap_or_default();
+                if age < options.grace {
+                    report.young_orphans += 1;
+                    continue;
+                }
+                if !options.dry_run {
+                    std::fs::remove_file(&file).map_err(|source| GcError::Io {
+                        what: "remove",
+                        path: file.clone(),
+                        source,
+                    })?;
+                }
+                debug!(path = %file.display(), bytes = meta.len(), dry_run = options.dry_run, "orphan removed");
+                report.removed_bytes += meta.len();
+                report.removed.push(file);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every regular file under `dir` (recursively) with its metadata; none when `dir` does

@@ -79,19 +79,7 @@ pub(crate) async fn current_manifests(table: &Table) -> Result<Vec<ManifestFile>
 /// or written.
 pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Option<Merge>> {
     let metadata = table.metadata();
-    let props = metadata.properties();
-    let enabled = props
-        .get(MERGE_ENABLED_PROPERTY)
-        .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
-    let min_count = props
-        .get(MIN_COUNT_TO_MERGE_PROPERTY)
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(MIN_COUNT_TO_MERGE_DEFAULT)
-        .max(2);
-    let target = props
-        .get(TARGET_SIZE_BYTES_PROPERTY)
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(TARGET_SIZE_BYTES_DEFAULT);
+    let rules = MergeRules::of(metadata.properties());
     let (Some(current), FormatVersion::V2) =
         (metadata.current_snapshot(), metadata.format_version())
     else {
@@ -100,37 +88,10 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
     let spec_id = metadata.default_partition_spec_id();
     let mergeable =
         |m: &ManifestFile| m.content == ManifestContentType::Data && m.partition_spec_id == spec_id;
-    if !enabled || manifests.iter().filter(|m| mergeable(m)).count() < min_count {
+    if !rules.enabled || manifests.iter().filter(|m| mergeable(m)).count() < rules.min_count {
         return Ok(None);
     }
-
-    // Bins in list order: a data manifest of the default spec joins the open bin while
-    // the bin stays within the target size; any other manifest is kept in place.
-    enum Slot {
-        Keep(ManifestFile),
-        Bin(Vec<ManifestFile>),
-    }
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut open: Option<(usize, u64)> = None; // (slot index, bytes)
-    for manifest in manifests {
-        if !mergeable(manifest) {
-            slots.push(Slot::Keep(manifest.clone()));
-            continue;
-        }
-        let len = u64::try_from(manifest.manifest_length).unwrap_or(0);
-        match open {
-            Some((at, bytes)) if bytes + len <= target => {
-                if let Slot::Bin(bin) = &mut slots[at] {
-                    bin.push(manifest.clone());
-                }
-                open = Some((at, bytes + len));
-            }
-            _ => {
-                slots.push(Slot::Bin(vec![manifest.clone()]));
-                open = Some((slots.len() - 1, len));
-            }
-        }
-    }
+    let slots = bin_manifests(manifests, mergeable, rules.target_bytes);
     if !slots
         .iter()
         .any(|s| matches!(s, Slot::Bin(bin) if bin.len() > 1))
@@ -140,7 +101,6 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
 
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();
-    let file_io = table.file_io();
     let spec = metadata
         .partition_spec_by_id(spec_id)
         .ok_or_else(|| Error::new(ErrorKind::Unexpected, "default partition spec missing"))?
@@ -165,43 +125,13 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
             "{}/metadata/{commit_uuid}-m{written}.avro",
             metadata.location()
         );
-        let mut writer = ManifestWriterBuilder::new(
-            file_io.new_output(&path)?,
-            Some(snapshot_id),
-            metadata.current_schema().clone(),
-            spec.clone(),
-        )
-        .build_v2_data();
-        for manifest in &bin {
-            for entry in manifest.load_manifest(file_io).await?.entries() {
-                if !entry.is_alive() {
-                    continue;
-                }
-                let (Some(added_by), Some(sequence)) =
-                    (entry.snapshot_id(), entry.sequence_number())
-                else {
-                    return Err(Error::new(
-                        ErrorKind::DataInvalid,
-                        format!(
-                            "manifest {} has a live entry without snapshot id or sequence number",
-                            manifest.manifest_path
-                        ),
-                    ));
-                };
-                writer.add_existing_file(
-                    entry.data_file().clone(),
-                    added_by,
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
-                entries += 1;
-            }
-        }
+        let (merged, live) = write_merged(table, &spec, snapshot_id, &path, &bin).await?;
+        entries += live;
         replaced_bytes += bin
             .iter()
             .map(|m| u64::try_from(m.manifest_length).unwrap_or(0))
             .sum::<u64>();
-        out.push(writer.write_manifest_file().await?);
+        out.push(merged);
         replaced += bin.len();
         written += 1;
     }
@@ -227,6 +157,122 @@ pub(crate) async fn plan(table: &Table, manifests: &[ManifestFile]) -> Result<Op
         replaced_bytes,
         manifests_after,
     }))
+}
+
+/// The merge properties of a table (module docs), with Iceberg's defaults.
+struct MergeRules {
+    enabled: bool,
+    /// Data manifests of the default spec needed before a merge (at least 2).
+    min_count: usize,
+    /// Bytes of manifests one merged manifest gathers at most.
+    target_bytes: u64,
+}
+
+impl MergeRules {
+    fn of(props: &HashMap<String, String>) -> Self {
+        Self {
+            enabled: props
+                .get(MERGE_ENABLED_PROPERTY)
+                .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false")),
+            min_count: props
+                .get(MIN_COUNT_TO_MERGE_PROPERTY)
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(MIN_COUNT_TO_MERGE_DEFAULT)
+                .max(2),
+            target_bytes: props
+                .get(TARGET_SIZE_BYTES_PROPERTY)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(TARGET_SIZE_BYTES_DEFAULT),
+        }
+    }
+}
+
+/// One place in the new manifest list: a manifest kept as it is, or a bin of manifests
+/// to merge into one.
+enum Slot {
+    Keep(ManifestFile),
+    Bin(Vec<ManifestFile>),
+}
+
+/// Bins `manifests` in list order: a `mergeable` manifest joins the open bin while the
+/// bin stays within `target_bytes`; any other manifest is kept in place.
+fn bin_manifests(
+    manifests: &[ManifestFile],
+    mergeable: impl Fn(&ManifestFile) -> bool,
+    target_bytes: u64,
+) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut open: Option<(usize, u64)> = None; // (slot index, bytes)
+    for manifest in manifests {
+        if !mergeable(manifest) {
+            slots.push(Slot::Keep(manifest.clone()));
+            continue;
+        }
+        let len = u64::try_from(manifest.manifest_length).unwrap_or(0);
+        match open {
+            Some((at, bytes)) if bytes + len <= target_bytes => {
+                if let Slot::Bin(bin) = &mut slots[at] {
+                    bin.push(manifest.clone());
+                }
+                open = Some((at, bytes + len));
+            }
+            _ => {
+                slots.push(Slot::Bin(vec![manifest.clone()]));
+                open = Some((slots.len() - 1, len));
+            }
+        }
+    }
+    slots
+}
+
+/// Writes the live entries of `bin`'s manifests as one manifest at `path` (entries
+/// `EXISTING`, keeping their snapshot and sequence numbers); returns it and its entry
+/// count.
+///
+/// # Errors
+/// iceberg's error for a manifest that cannot be read or written, or a live entry
+/// without snapshot id or sequence number (`DataInvalid`).
+async fn write_merged(
+    table: &Table,
+    spec: &iceberg::spec::PartitionSpec,
+    snapshot_id: i64,
+    path: &str,
+    bin: &[ManifestFile],
+) -> Result<(ManifestFile, usize)> {
+    let file_io = table.file_io();
+    let mut writer = ManifestWriterBuilder::new(
+        file_io.new_output(path)?,
+        Some(snapshot_id),
+        table.metadata().current_schema().clone(),
+        spec.clone(),
+    )
+    .build_v2_data();
+    let mut entries = 0;
+    for manifest in bin {
+        for entry in manifest.load_manifest(file_io).await?.entries() {
+            if !entry.is_alive() {
+                continue;
+            }
+            let (Some(added_by), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
+            else {
+                return Err(Error::new(
+                    ErrorKind::DataInvalid,
+                    format!(
+                        "manifest {} has a live entry without snapshot id or sequence number",
+                        manifest.manifest_path
+                    ),
+                ));
+            };
+            writer.add_existing_file(
+                entry.data_file().clone(),
+                added_by,
+                sequence,
+                entry.file_sequence_number,
+            )?;
+            entries += 1;
+        }
+    }
+    Ok((writer.write_manifest_file().await?, entries))
 }
 
 /// The `total-*` properties of `snapshot`'s summary.

@@ -252,77 +252,19 @@ impl Maintainer {
         };
         let lock = table_commit_lock(table.metadata().uuid());
         let turn = lock.lock().await;
-        let mut table = self
+        let table = self
             .catalog
             .load_table(ident)
             .await
             .map_err(failed("load"))?;
-
-        if let Some(expiry) = expire::plan(&table, self.config.max_snapshots)
+        let table = self
+            .expire(ident, table, report)
             .await
-            .map_err(failed("expire"))?
-        {
-            let snapshots = expiry.snapshots;
-            match self
-                .commit(ident, expiry.requirements, expiry.updates)
-                .await
-                .map_err(failed("expire"))?
-            {
-                Some(committed) => {
-                    table = committed;
-                    report.snapshots_expired += snapshots;
-                    self.metrics.snapshots_expired.inc_by(snapshots as u64);
-                    info!(table = %name, snapshots, "snapshots expired");
-                }
-                None => report.conflicts += 1,
-            }
-        }
-
-        let manifests = match table.metadata().current_snapshot_id() {
-            None => 0,
-            Some(current) => match state.manifests.get(&name) {
-                Some(&(seen, count)) if seen == current => count,
-                _ => {
-                    let list = merge::current_manifests(&table)
-                        .await
-                        .map_err(failed("merge"))?;
-                    let mut count = list.len();
-                    if let Some(merged) =
-                        merge::plan(&table, &list).await.map_err(failed("merge"))?
-                    {
-                        let (replaced, written) = (merged.replaced, merged.written);
-                        let (after, bytes) = (merged.manifests_after, merged.replaced_bytes);
-                        match self
-                            .commit(ident, merged.requirements, merged.updates)
-                            .await
-                            .map_err(failed("merge"))?
-                        {
-                            Some(committed) => {
-                                table = committed;
-                                count = after;
-                                report.manifests_replaced += replaced;
-                                report.manifests_written += written;
-                                self.metrics.manifests_merged.inc_by(replaced as u64);
-                                self.metrics
-                                    .files_rewritten
-                                    .with_label_values(&["manifest"])
-                                    .inc_by(replaced as u64);
-                                self.metrics
-                                    .bytes_rewritten
-                                    .with_label_values(&["manifest"])
-                                    .inc_by(bytes);
-                                info!(table = %name, replaced, written, "manifests merged");
-                            }
-                            None => report.conflicts += 1,
-                        }
-                    }
-                    if let Some(current) = table.metadata().current_snapshot_id() {
-                        state.manifests.insert(name.clone(), (current, count));
-                    }
-                    count
-                }
-            },
-        };
+            .map_err(failed("expire"))?;
+        let (table, manifests) = self
+            .merge(ident, table, state, report)
+            .await
+            .map_err(failed("merge"))?;
         drop(turn);
         self.set_gauges(&name, &table, manifests);
         if self.config.compaction {
@@ -331,6 +273,89 @@ impl Maintainer {
                 .map_err(failed("compact"))?;
         }
         Ok(())
+    }
+
+    /// Expires `table`'s snapshots when [`expire`] says so; returns the table as it
+    /// stands after. Runs under the table's commit turn.
+    async fn expire(
+        &self,
+        ident: &TableIdent,
+        table: Table,
+        report: &mut PassReport,
+    ) -> iceberg::Result<Table> {
+        let Some(expiry) = expire::plan(&table, self.config.max_snapshots).await? else {
+            return Ok(table);
+        };
+        let snapshots = expiry.snapshots;
+        match self
+            .commit(ident, expiry.requirements, expiry.updates)
+            .await?
+        {
+            Some(committed) => {
+                report.snapshots_expired += snapshots;
+                self.metrics.snapshots_expired.inc_by(snapshots as u64);
+                info!(table = %ident, snapshots, "snapshots expired");
+                Ok(committed)
+            }
+            None => {
+                report.conflicts += 1;
+                Ok(table)
+            }
+        }
+    }
+
+    /// Merges `table`'s manifests when [`merge`] says so; returns the table as it stands
+    /// after and the manifests its current snapshot lists. A table whose current
+    /// snapshot was looked at before (`state`) is not read again. Runs under the table's
+    /// commit turn.
+    async fn merge(
+        &self,
+        ident: &TableIdent,
+        mut table: Table,
+        state: &mut State,
+        report: &mut PassReport,
+    ) -> iceberg::Result<(Table, usize)> {
+        let name = ident.to_string();
+        let Some(current) = table.metadata().current_snapshot_id() else {
+            return Ok((table, 0));
+        };
+        if let Some(&(seen, count)) = state.manifests.get(&name)
+            && seen == current
+        {
+            return Ok((table, count));
+        }
+        let list = merge::current_manifests(&table).await?;
+        let mut count = list.len();
+        if let Some(merged) = merge::plan(&table, &list).await? {
+            let (replaced, written) = (merged.replaced, merged.written);
+            let (after, bytes) = (merged.manifests_after, merged.replaced_bytes);
+            match self
+                .commit(ident, merged.requirements, merged.updates)
+                .await?
+            {
+                Some(committed) => {
+                    table = committed;
+                    count = after;
+                    report.manifests_replaced += replaced;
+                    report.manifests_written += written;
+                    self.metrics.manifests_merged.inc_by(replaced as u64);
+                    self.metrics
+                        .files_rewritten
+                        .with_label_values(&["manifest"])
+                        .inc_by(replaced as u64);
+                    self.metrics
+                        .bytes_rewritten
+                        .with_label_values(&["manifest"])
+                        .inc_by(bytes);
+                    info!(table = %name, replaced, written, "manifests merged");
+                }
+                None => report.conflicts += 1,
+            }
+        }
+        if let Some(current) = table.metadata().current_snapshot_id() {
+            state.manifests.insert(name, (current, count));
+        }
+        Ok((table, count))
     }
 
     /// One compaction job on `table` (see [`compact`]): rows rewritten outside the
