@@ -118,8 +118,8 @@ async fn in_span(request: axum::extract::Request, next: axum::middleware::Next) 
 fn peer_of(request: &axum::extract::Request) -> String {
     request
         .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0.to_string())
+        .get::<axum::extract::ConnectInfo<crate::tls::Peer>>()
+        .map(|info| info.0.0.to_string())
         .unwrap_or_default()
 }
 
