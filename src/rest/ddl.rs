@@ -210,9 +210,11 @@ pub(super) async fn drop_table(
     RawQuery(query): RawQuery,
 ) -> Result<StatusCode, RestError> {
     let ident = table_of(path)?;
-    let purge = match query_param(query.as_deref(), "purgeRequested").as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
+    // Booleans case-insensitively: pyiceberg sends `True`.
+    let purge = match query_param(query.as_deref(), "purgeRequested") {
+        None => false,
+        Some(flag) if flag.eq_ignore_ascii_case("false") => false,
+        Some(flag) if flag.eq_ignore_ascii_case("true") => true,
         Some(other) => {
             return Err(RestError::bad(format!(
                 "purgeRequested {other:?} is not true or false"

@@ -377,8 +377,8 @@ async fn invalid_requests_are_400_and_create_nothing() {
 }
 
 /// `pageSize`/`pageToken` walk every name once; without `pageToken` one response holds
-/// everything with `next-page-token: null` (the spec's `PageToken`). RED once: without
-/// paging the first page held all five tables.
+/// everything with `next-page-token: null` (the spec's `PageToken`). Before this change
+/// the first page held all five tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_endpoints_paginate() {
     let server = TestServer::start().await;
@@ -518,8 +518,8 @@ async fn a_put_into_a_dropped_table_fails_and_does_not_resurrect_it() {
     server.stop().await;
 }
 
-/// Purge removes the table's files and directory and nothing of a neighbour's. RED once:
-/// with `purge_table` a plain drop the table's data files stayed.
+/// Purge removes the table's files and directory and nothing of a neighbour's (catches a
+/// purge that keeps files, and one that reaches past the table's location).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_removes_the_tables_files_only() {
     let server = TestServer::start().await;
