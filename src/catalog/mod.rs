@@ -63,7 +63,9 @@ static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 /// ([`Catalog::update_table`]) or a non-empty [`RedbCatalog::atomic_release_raw`] counts
 /// one; commits that ran concurrently and shared one transaction ([`group_commit`])
 /// count one together, so under contention this is less than the number of commits.
-/// DDL (namespace/table create, drop, rename, register) does not count.
+/// DDL through [`Catalog`]'s own methods (namespace/table create, drop, rename,
+/// register) does not count; the REST catalog's table creates and metadata commits go
+/// through [`RedbCatalog::atomic_release`] and count as commits.
 pub fn redb_commit_count() -> u64 {
     REDB_COMMITS.load(Ordering::Relaxed)
 }

@@ -518,8 +518,9 @@ async fn a_put_into_a_dropped_table_fails_and_does_not_resurrect_it() {
     server.stop().await;
 }
 
-/// Purge removes the table's files and directory and nothing of a neighbour's (catches a
-/// purge that keeps files, and one that reaches past the table's location).
+/// Purge removes the table's files and directory and nothing of a neighbour's. RED once:
+/// with iceberg's `drop_table_data` as the purge, the table's directory remained (its
+/// unreferenced files and directories stay).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_removes_the_tables_files_only() {
     let server = TestServer::start().await;
@@ -549,5 +550,135 @@ async fn purge_removes_the_tables_files_only() {
     assert!(!gone_dir.exists(), "purged table's directory remains");
     assert_eq!(common::parquet_files(&kept_dir), kept_before);
     assert_eq!(count(&get(&mut client, &["pg", "kept"]).await), 10);
+    server.stop().await;
+}
+
+/// A schema evolved over REST while a put streams into the table: the put's next commit
+/// builds on the evolved metadata (it does not roll the schema back), and every row is
+/// read back with the new column null. Catches a put committing from metadata cached at
+/// its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_evolved_during_a_put_is_kept_by_the_puts_commit() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.commit_interval = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    let catalog = server.running.service.catalog.clone();
+    let mut client = server.client().await;
+    within(
+        60,
+        put(&mut client, &["evo", "t"], vec![synthetic_batch(0, 10)]),
+    )
+    .await
+    .unwrap();
+    let (batches, mut results) = open_stream(&mut client, &["evo", "t"]).await;
+    batches.send(synthetic_batch(10, 10)).await.unwrap();
+    let svc = server.running.service.clone();
+    let budget = &svc.budget;
+    within(60, async {
+        while budget.available_bytes() == budget.total_bytes() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let table = catalog.load_table(&ident("evo", "t")).await.unwrap();
+    let mut fields =
+        serde_json::to_value(table.metadata().current_schema().as_struct()).unwrap()["fields"]
+            .clone();
+    let next_id = table.metadata().last_column_id() + 1;
+    fields
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": next_id, "name": "note", "required": false, "type": "string"}));
+    let (status, body) = call(
+        &server,
+        "POST",
+        "/v1/namespaces/evo/tables/t",
+        json!({
+            "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}],
+            "updates": [
+                {"action": "add-schema", "schema": {"type": "struct", "schema-id": 1, "fields": fields}},
+                {"action": "set-current-schema", "schema-id": -1}
+            ]
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    batches.send(synthetic_batch(20, 10)).await.unwrap();
+    drop(batches);
+    within(60, async {
+        while let Some(item) = results.next().await {
+            item.expect("the put commits");
+        }
+    })
+    .await;
+    let after = catalog.load_table(&ident("evo", "t")).await.unwrap();
+    assert_eq!(after.metadata().current_schema_id(), 1);
+    assert!(
+        after
+            .metadata()
+            .current_schema()
+            .field_by_name("note")
+            .is_some()
+    );
+    assert_eq!(count(&get(&mut client, &["evo", "t"]).await), 30);
+    server.stop().await;
+}
+
+/// Purge deletes only under the purged table's location: a data file it references in
+/// another table's directory stays, and that table still reads. RED once: with
+/// `purge_table` calling iceberg's `drop_table_data`, the other table's file was deleted
+/// and its read failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_never_deletes_outside_the_tables_location() {
+    use iceberg::transaction::{ApplyTransactionAction, Transaction};
+    let server = TestServer::start().await;
+    let catalog = server.running.service.catalog.clone();
+    let mut client = server.client().await;
+    for name in ["owner", "borrower"] {
+        within(
+            60,
+            put(&mut client, &["out", name], vec![synthetic_batch(0, 10)]),
+        )
+        .await
+        .unwrap();
+    }
+    // `borrower` also lists `owner`'s data file (an Iceberg table may reference files
+    // anywhere, e.g. after an add-files migration).
+    let owner = catalog.load_table(&ident("out", "owner")).await.unwrap();
+    let snapshot = owner.metadata().current_snapshot().unwrap().clone();
+    let list = owner.manifest_list_reader(&snapshot).load().await.unwrap();
+    let manifest = list.entries()[0]
+        .load_manifest(owner.file_io())
+        .await
+        .unwrap();
+    let borrowed = manifest.entries()[0].data_file().clone();
+    let borrowed_path = std::path::PathBuf::from(borrowed.file_path());
+    let borrower = catalog.load_table(&ident("out", "borrower")).await.unwrap();
+    let tx = Transaction::new(&borrower);
+    let tx = tx
+        .fast_append()
+        .add_data_files(vec![borrowed])
+        .apply(tx)
+        .unwrap();
+    tx.commit(catalog.as_ref()).await.unwrap();
+
+    assert_eq!(
+        call(
+            &server,
+            "DELETE",
+            "/v1/namespaces/out/tables/borrower?purgeRequested=true",
+            Value::Null
+        )
+        .await,
+        (204, Value::Null)
+    );
+    assert!(
+        borrowed_path.exists(),
+        "{} was deleted",
+        borrowed_path.display()
+    );
+    assert!(!server.warehouse().join("out").join("borrower").exists());
+    assert_eq!(count(&get(&mut client, &["out", "owner"]).await), 10);
     server.stop().await;
 }
