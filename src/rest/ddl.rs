@@ -36,6 +36,7 @@ pub(super) async fn create_namespace(
 ) -> Result<Response, RestError> {
     let request: CreateNamespaceRequest = body_of("CreateNamespaceRequest", &body)?;
     let ns = levels_of(request.namespace)?;
+    check_new_name(&ns, None)?;
     let namespace = catalog
         .create_namespace(&ns, request.properties)
         .await
@@ -121,9 +122,7 @@ pub(super) async fn create_table(
             reason: "stage-create: skade creates tables at once; create without it".to_string(),
         });
     }
-    if request.name.is_empty() {
-        return Err(RestError::bad("empty table name"));
-    }
+    check_new_name(&ns, Some(&request.name))?;
     let ident = TableIdent::new(ns.clone(), request.name.clone());
     if !catalog
         .namespace_exists(&ns)
@@ -242,6 +241,7 @@ pub(super) async fn rename_table(State(catalog): Db, body: Bytes) -> Result<Stat
     let request: RenameTableRequest = body_of("RenameTableRequest", &body)?;
     let source = identifier(&request.source)?;
     let destination = identifier(&request.destination)?;
+    check_new_name(destination.namespace(), Some(destination.name()))?;
     let table = catalog
         .load_table(&source)
         .await
@@ -286,6 +286,24 @@ fn levels_of(levels: Vec<String>) -> Result<NamespaceIdent, RestError> {
     }
     NamespaceIdent::from_vec(levels)
         .map_err(|e| RestError::bad(format!("namespace: {}", e.message())))
+}
+
+/// Checks a namespace (and table name) to be created against the names Flight accepts
+/// (docs/SERVICE.md, "Table names": `[A-Za-z0-9_-]+`, at most 128 bytes, at most 8
+/// namespace levels): each is a directory under the warehouse, so `..`, `/` and the like
+/// must never reach a path.
+fn check_new_name(ns: &NamespaceIdent, table: Option<&str>) -> Result<(), RestError> {
+    use crate::flight::names::{MAX_NAMESPACE_DEPTH, check_element};
+    if ns.len() > MAX_NAMESPACE_DEPTH {
+        return Err(RestError::bad(format!(
+            "the namespace has {} levels; at most {MAX_NAMESPACE_DEPTH} are allowed",
+            ns.len()
+        )));
+    }
+    for element in ns.iter().map(String::as_str).chain(table) {
+        check_element(element).map_err(|e| RestError::bad(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// A requested table location, accepted only as a plain absolute path under the

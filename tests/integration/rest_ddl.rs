@@ -317,6 +317,19 @@ async fn invalid_requests_are_400_and_create_nothing() {
         ("POST", "/v1/namespaces", json!({"properties": {}})),
         ("POST", "/v1/namespaces", json!({"namespace": []})),
         ("POST", "/v1/namespaces", json!({"namespace": ["a", ""]})),
+        ("POST", "/v1/namespaces", json!({"namespace": [".."]})),
+        ("POST", "/v1/namespaces", json!({"namespace": ["a/b"]})),
+        (
+            "POST",
+            "/v1/namespaces/ns/tables",
+            json!({"name": "..", "schema": {"type": "struct", "fields": []}}),
+        ),
+        (
+            "POST",
+            "/v1/tables/rename",
+            json!({"source": {"namespace": ["ns"], "name": "t"},
+            "destination": {"namespace": ["ns"], "name": "../../x"}}),
+        ),
         ("POST", "/v1/namespaces/ns/tables", json!({"name": "x"})),
         (
             "POST",
