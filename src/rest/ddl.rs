@@ -101,7 +101,7 @@ pub(super) async fn update_properties(
 
 /// `POST /v1/namespaces/{namespace}/tables`: creates a table with the request's schema,
 /// partition spec, sort order and properties, and answers its `LoadTableResult`.
-/// `stage-create` is refused (406): skade creates tables at once.
+/// `stage-create` is refused (400): skade creates tables at once.
 pub(super) async fn create_table(
     State(catalog): Db,
     path: Result<Path<String>, PathRejection>,
@@ -118,9 +118,10 @@ pub(super) async fn create_table(
     let request: CreateTableRequest = serde_json::from_value(value)
         .map_err(|e| RestError::bad(format!("invalid CreateTableRequest body: {e}")))?;
     if request.stage_create {
-        return Err(RestError::Unsupported {
-            reason: "stage-create: skade creates tables at once; create without it".to_string(),
-        });
+        // 400: the spec's createTable declares no 406.
+        return Err(RestError::bad(
+            "stage-create is not served: skade creates tables at once; create without it",
+        ));
     }
     check_new_name(&ns, Some(&request.name))?;
     let ident = TableIdent::new(ns.clone(), request.name.clone());

@@ -61,13 +61,6 @@ pub enum RestError {
         /// What is contradictory.
         reason: String,
     },
-    /// 406 `UnsupportedOperationException`: a request skade refuses by design
-    /// (`stage-create`).
-    #[error("not supported: {reason}")]
-    Unsupported {
-        /// What is refused and why.
-        reason: String,
-    },
     /// 500 `InternalServerError`: the catalog or the metadata file failed.
     #[error("catalog failure on {name}: {source}")]
     Catalog {
@@ -106,9 +99,6 @@ impl RestError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "UnprocessableEntityException",
             ),
-            Self::Unsupported { .. } => {
-                (StatusCode::NOT_ACCEPTABLE, "UnsupportedOperationException")
-            }
             Self::NotAuthorized => (StatusCode::UNAUTHORIZED, "NotAuthorizedException"),
             Self::Catalog { .. } | Self::Encode { .. } => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError")

@@ -382,8 +382,8 @@ async fn invalid_requests_are_400_and_create_nothing() {
             "schema": {"type": "struct", "fields": []}}),
         )
         .await,
-        406,
-        "UnsupportedOperationException",
+        400,
+        "BadRequestException",
     );
     assert!(!catalog.table_exists(&ident("ns", "x")).await.unwrap());
     server.stop().await;

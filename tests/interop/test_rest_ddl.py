@@ -296,6 +296,7 @@ def test_ddl_responses_validate_against_the_spec(skade_server, spec):
     }
     _, created = call(tables, "POST", "/v1/namespaces/spec/tables", create, want=200)
     call(tables, "POST", "/v1/namespaces/spec/tables", create, want=409)
+    call(tables, "POST", "/v1/namespaces/spec/tables", create | {"name": "staged", "stage-create": True}, want=400)
     call(tables, "GET", "/v1/namespaces/spec/tables?pageToken=", want=200)
     call(one_table, "GET", "/v1/namespaces/spec/tables/t", want=200)
     commit = {
@@ -321,7 +322,7 @@ def test_ddl_responses_validate_against_the_spec(skade_server, spec):
     call(one_table, "DELETE", "/v1/namespaces/spec/tables/u?purgeRequested=true", want=204)
     call(one_ns, "DELETE", "/v1/namespaces/spec", want=204)
     call(one_ns, "DELETE", "/v1/namespaces/spec", want=404)
-    assert len(checked) == 19, checked
+    assert len(checked) == 20, checked
 
 
 @pytest.mark.parametrize(
