@@ -366,3 +366,34 @@ def test_pagination_round_trips(catalog, skade_server):
     assert pages == 4
     # pyiceberg's own listing (no pageToken) gets everything.
     assert sorted(t[1] for t in catalog.list_tables("paged")) == names
+
+
+def test_writes_over_https_need_the_bearer_token(skade_tls_server, tmp_path, monkeypatch):
+    """pyiceberg over HTTPS (the Flight certificate, `ssl={"cabundle": …}`): refused
+    without the bearer token, creating and dropping a partitioned table with it. Catches
+    a plain-text metrics port beside a TLS Flight port (the Rust test
+    `security::the_http_address_serves_tls_and_guards_rest_writes_with_the_token` checks a
+    write without the token is 401 and creates nothing)."""
+    from pyiceberg.exceptions import UnauthorizedError
+
+    # requests lets these override a session's own CA bundle (pyiceberg's `cabundle`).
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(skade_tls_server.tls_root_certs)
+    assert skade_tls_server.metrics_url.startswith("https://")
+    # Without the token even `/v1/config` is refused (401), so the client cannot start.
+    with pytest.raises(UnauthorizedError):
+        load_catalog("anon", type="rest", uri=skade_tls_server.metrics_url, ssl={"cabundle": str(ca)})
+    authorized = load_catalog(
+        "authed",
+        type="rest",
+        uri=skade_tls_server.metrics_url,
+        token=skade_tls_server.token,
+        ssl={"cabundle": str(ca)},
+    )
+    authorized.create_namespace("tls_ns")
+    created = authorized.create_table(("tls_ns", "t"), schema=events_schema(), partition_spec=events_spec())
+    assert [f.name for f in created.spec().fields] == ["ts_day", "id_bucket"]
+    authorized.drop_table(("tls_ns", "t"))
+    assert not authorized.table_exists(("tls_ns", "t"))
