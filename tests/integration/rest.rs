@@ -26,8 +26,8 @@ fn ident(namespace: &[&str], name: &str) -> TableIdent {
     )
 }
 
-/// RED once: with "HEAD …/tables/{table}" dropped from `ENDPOINTS` the exact-set
-/// assertion failed (5 advertised, 6 expected); with `.head(table_exists)` removed from
+/// RED once (when the catalog was read-only): with "HEAD …/tables/{table}" dropped from
+/// `ENDPOINTS` the exact-set assertion failed (5 advertised, 6 expected); with `.head(table_exists)` removed from
 /// the router the served-endpoint loop failed on `HEAD /v1/namespaces/ns/tables/t`
 /// answering 200 instead of 204 (axum's implicit HEAD of the GET route).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,7 +67,7 @@ fn ident(ns: &str, name: &str) -> TableIdent {
 }
 
 /// Creates, evolves, renames and drops through REST; each step is what the catalog then
-/// holds. RED once: with `commit_table` unrouted the first commit answered 405.
+/// holds. Before this change every write here answered 405 (the catalog was read-only).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_and_tables_are_created_evolved_renamed_and_dropped() {
     let server = TestServer::start().await;
