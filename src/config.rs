@@ -117,10 +117,11 @@ pub struct MaintenanceConfig {
     pub compaction: bool,
 }
 
-/// TLS and authentication of the Flight address (the metrics address stays plain HTTP).
+/// TLS of both addresses and authentication of Flight and the REST catalog.
 #[derive(Debug, Clone, Default, Args)]
 pub struct SecurityConfig {
-    /// PEM certificate chain to serve Flight over TLS (needs `--tls-key`).
+    /// PEM certificate chain to serve Flight, and the HTTP address (metrics, probes, REST
+    /// catalog), over TLS (needs `--tls-key`). The HTTP address then speaks only HTTPS.
     #[arg(long, env = "SKADE_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 

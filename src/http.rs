@@ -1,8 +1,9 @@
 //! The operator HTTP endpoint: `/metrics` (Prometheus text), `/healthz` (alive),
-//! `/readyz` (ready to ingest), and the read-only Iceberg REST catalog under `/v1`
-//! ([`crate::rest`]). It is never behind TLS; with `--auth-token-file` the REST catalog
-//! needs the same bearer tokens as Flight, while probes and scrapers reach `/metrics`,
-//! `/healthz` and `/readyz` without one.
+//! `/readyz` (ready to ingest), and the Iceberg REST catalog under `/v1`
+//! ([`crate::rest`]). With `--tls-cert`/`--tls-key` it is served over TLS (HTTPS only,
+//! [`crate::tls::TlsListener`]); with `--auth-token-file` the REST catalog — reads and
+//! writes — needs the same bearer tokens as Flight, while probes and scrapers reach
+//! `/metrics`, `/healthz` and `/readyz` without one.
 
 use std::sync::Arc;
 

@@ -197,11 +197,12 @@ impl Running {
 /// process holds the catalog; [`StartError::DataDir`] / [`StartError::Catalog`] when the
 /// data dir or the catalog cannot be created or opened.
 pub async fn start(config: Config) -> Result<Running, StartError> {
-    let tls = match (&config.security.tls_cert, &config.security.tls_key) {
-        (Some(cert), Some(key)) => {
-            Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
-        }
-        _ => None,
+    let (tls, https) = match (&config.security.tls_cert, &config.security.tls_key) {
+        (Some(cert), Some(key)) => (
+            Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
+            Some(tls::http_acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
+        ),
+        _ => (None, None),
     };
     let tokens = match &config.security.auth_token_file {
         Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
@@ -296,18 +297,29 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
 
     let (http_stop, http_stopped) = oneshot::channel::<()>();
-    let app = http::router(service.clone(), tokens.clone());
-    let http_task = tokio::spawn(async move {
-        axum::serve(
-            metrics_listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async {
-            let _ = http_stopped.await;
-        })
-        .await
-        .map_err(|e| StartError::Serve(format!("metrics: {e}")))
-    });
+    let app = http::router(service.clone(), tokens.clone())
+        .into_make_service_with_connect_info::<tls::Peer>();
+    let stopped = async {
+        let _ = http_stopped.await;
+    };
+    let http_task = match https {
+        Some(acceptor) => {
+            let listener = tls::TlsListener::new(metrics_listener, acceptor)
+                .map_err(|e| StartError::Serve(format!("metrics: {e}")))?;
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+                    .map_err(|e| StartError::Serve(format!("metrics: {e}")))
+            })
+        }
+        None => tokio::spawn(async move {
+            axum::serve(metrics_listener, app)
+                .with_graceful_shutdown(stopped)
+                .await
+                .map_err(|e| StartError::Serve(format!("metrics: {e}")))
+        }),
+    };
     info!(
         version = env!("CARGO_PKG_VERSION"),
         %flight_addr,

@@ -24,6 +24,7 @@ mod group_commit;
 pub mod marks;
 mod metadata_cache;
 mod pins;
+mod purge;
 pub mod storage;
 
 use std::collections::{HashMap, HashSet};
@@ -46,6 +47,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use group_commit::{Committer, Flip};
 use metadata_cache::MetadataCache;
 pub use pins::WritePin;
+pub(crate) use purge::is_plain_absolute;
 
 /// Namespace key → JSON object of the namespace's properties.
 const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
@@ -63,7 +65,9 @@ static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 /// ([`Catalog::update_table`]) or a non-empty [`RedbCatalog::atomic_release_raw`] counts
 /// one; commits that ran concurrently and shared one transaction ([`group_commit`])
 /// count one together, so under contention this is less than the number of commits.
-/// DDL (namespace/table create, drop, rename, register) does not count.
+/// DDL through [`Catalog`]'s own methods (namespace/table create, drop, rename,
+/// register) does not count; the REST catalog's table creates and metadata commits go
+/// through [`RedbCatalog::atomic_release`] and count as commits.
 pub fn redb_commit_count() -> u64 {
     REDB_COMMITS.load(Ordering::Relaxed)
 }
@@ -372,6 +376,59 @@ impl RedbCatalog {
             .metadata;
         let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
         self.table_handle(ident.clone(), metadata_location.to_string(), metadata)
+    }
+
+    /// Sets `updates` and removes `removals` from a namespace's properties in one redb
+    /// write transaction (a concurrent update is never lost). Returns the keys set, the
+    /// keys removed and the keys asked to be removed that were absent, each sorted (the
+    /// REST spec's `UpdateNamespacePropertiesResponse`).
+    ///
+    /// # Errors
+    /// `NamespaceNotFound`; `DataInvalid` when a key is both set and removed; redb's
+    /// error.
+    pub async fn update_namespace_properties(
+        &self,
+        namespace: &NamespaceIdent,
+        removals: Vec<String>,
+        updates: HashMap<String, String>,
+    ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+        if let Some(both) = removals.iter().find(|k| updates.contains_key(*k)) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!("property {both:?} is both set and removed"),
+            ));
+        }
+        let key = key_of(namespace.as_ref())?;
+        let ns = namespace.clone();
+        self.ddl(move |txn| {
+            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            let json = namespaces
+                .get(key.as_str())
+                .map_err(redb_error)?
+                .map(|v| v.value().to_string())
+                .ok_or_else(|| namespace_not_found(&ns))?;
+            let mut properties: HashMap<String, String> = serde_json::from_str(&json)?;
+            let (mut removed, mut missing) = (Vec::new(), Vec::new());
+            for k in removals {
+                match properties.remove(&k) {
+                    Some(_) => removed.push(k),
+                    None => missing.push(k),
+                }
+            }
+            let mut updated: Vec<String> = updates.keys().cloned().collect();
+            properties.extend(updates);
+            let json = serde_json::to_string(&properties)?;
+            namespaces
+                .insert(key.as_str(), json.as_str())
+                .map_err(redb_error)?;
+            updated.sort();
+            removed.sort();
+            removed.dedup();
+            missing.sort();
+            missing.dedup();
+            Ok((updated, removed, missing))
+        })
+        .await
     }
 
     /// Every table `writer` has committed to, with its high-water mark there ([`marks`]),
@@ -865,10 +922,16 @@ impl Catalog for RedbCatalog {
         .await
     }
 
+    /// Drops the table, then removes its files under its location (never elsewhere:
+    /// [`purge`]).
+    ///
+    /// # Errors
+    /// `TableNotFound`; after the drop, a manifest that cannot be read or a file that
+    /// cannot be removed (the table is gone from the catalog either way).
     async fn purge_table(&self, ident: &TableIdent) -> Result<()> {
         let table = self.load_table(ident).await?;
         self.drop_table(ident).await?;
-        iceberg::drop_table_data(&table).await
+        purge::purge_files(self, &table).await.map(drop)
     }
 
     async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {

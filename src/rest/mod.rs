@@ -1,15 +1,21 @@
-//! The read-only half of the Iceberg REST catalog API, served next to `/metrics` so any
-//! Iceberg engine (pyiceberg, DuckDB, Spark, Trino) reads skade's tables with
-//! `uri=http://<metrics-addr>`, always at the committed snapshot.
+//! The Iceberg REST catalog API, served next to `/metrics` so any Iceberg engine
+//! (pyiceberg, DuckDB, Spark, Trino) reads skade's tables with
+//! `uri=http://<metrics-addr>`, always at the committed snapshot, and creates, evolves,
+//! renames and drops them.
 //!
-//! Served, without a `prefix` (`/v1/namespaces/...`): `GET /v1/config`, listing and
-//! loading namespaces, listing tables, and loading a table (`LoadTableResult` built from
-//! the catalog's current pointer). `GET /v1/config` advertises exactly these in
-//! `endpoints`, so clients do not assume writes exist; a mutating method on a served path
-//! answers 405, any other path 404. Multi-level namespaces are joined with the unit
-//! separator (`%1F` in a URL). Errors carry the spec's `{"error": ErrorModel}` body.
+//! Served, without a `prefix` (`/v1/namespaces/...`): `GET /v1/config`; listing (paginated:
+//! [`page`]), loading, creating and dropping namespaces and updating their properties;
+//! listing, loading, creating, dropping (with `purgeRequested`) and renaming tables
+//! ([`ddl`]); and committing metadata-only table updates ([`commit`]). `GET /v1/config`
+//! advertises exactly these in `endpoints`; a method a served path does not serve answers
+//! 405, any other path 404. Multi-level namespaces are joined with the unit separator
+//! (`%1F` in a URL). Errors carry the spec's `{"error": ErrorModel}` body ([`RestError`]).
 
+pub mod commit;
+mod ddl;
+mod error;
 pub mod model;
+mod page;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,160 +25,75 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent};
+use axum::routing::{get, post};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use serde::Serialize;
-use tracing::{Instrument, info, info_span, warn};
+use serde::de::DeserializeOwned;
+use tracing::{Instrument, info, info_span};
 
 use crate::auth::Tokens;
 use crate::catalog::RedbCatalog;
+pub use error::RestError;
 use model::{
-    CatalogConfig, ErrorModel, ErrorResponse, GetNamespaceResponse, ListNamespacesResponse,
-    ListTablesResponse, LoadTableResult, TableIdentifier,
+    CatalogConfig, GetNamespaceResponse, ListNamespacesResponse, ListTablesResponse,
+    LoadTableResult, TableIdentifier,
 };
+use page::PageRequest;
 
 /// Every endpoint this module serves besides `GET /v1/config`, spelled as the spec's
 /// `CatalogConfig.endpoints` wants them.
-pub const ENDPOINTS: [&str; 6] = [
+pub const ENDPOINTS: [&str; 13] = [
     "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
     "GET /v1/{prefix}/namespaces/{namespace}",
     "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
     "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/tables/rename",
 ];
 
 /// Separates the levels of a namespace in a path or in the `parent` query parameter.
 const NAMESPACE_SEP: char = '\u{1f}';
 
-/// Why a REST catalog request failed; each variant is one status and `ErrorModel.type`.
-#[derive(Debug, thiserror::Error)]
-pub enum RestError {
-    /// 404 `NoSuchNamespaceException`.
-    #[error("namespace {namespace} does not exist")]
-    NoSuchNamespace {
-        /// The namespace, levels joined with `.`.
-        namespace: String,
-    },
-    /// 404 `NoSuchTableException`.
-    #[error("table {table} does not exist")]
-    NoSuchTable {
-        /// The table identifier.
-        table: String,
-    },
-    /// 400 `BadRequestException`: a name or parameter that cannot name anything.
-    #[error("bad request: {reason}")]
-    BadRequest {
-        /// What is wrong, quoting the value.
-        reason: String,
-    },
-    /// 500 `InternalServerError`: the catalog or the metadata file failed.
-    #[error("catalog failure on {name}: {source}")]
-    Catalog {
-        /// The namespace or table concerned.
-        name: String,
-        /// The catalog's error.
-        #[source]
-        source: Box<iceberg::Error>,
-    },
-    /// 401 `NotAuthorizedException`: bearer tokens are configured and the request has no
-    /// valid `authorization: Bearer <token>` header (the token is never echoed).
-    #[error("a valid bearer token is required (authorization: Bearer <token>)")]
-    NotAuthorized,
-    /// 500 `InternalServerError`: a response could not be encoded as JSON.
-    #[error("cannot encode the {what} response: {source}")]
-    Encode {
-        /// Which response.
-        what: &'static str,
-        /// serde's error.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-impl RestError {
-    /// The HTTP status and the spec's exception type.
-    fn status_and_type(&self) -> (StatusCode, &'static str) {
-        match self {
-            Self::NoSuchNamespace { .. } => (StatusCode::NOT_FOUND, "NoSuchNamespaceException"),
-            Self::NoSuchTable { .. } => (StatusCode::NOT_FOUND, "NoSuchTableException"),
-            Self::BadRequest { .. } => (StatusCode::BAD_REQUEST, "BadRequestException"),
-            Self::NotAuthorized => (StatusCode::UNAUTHORIZED, "NotAuthorizedException"),
-            Self::Catalog { .. } | Self::Encode { .. } => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "InternalServerError")
-            }
-        }
-    }
-
-    /// Maps a catalog error met while serving `ns` (or a table in it).
-    fn of_namespace(ns: &NamespaceIdent, e: iceberg::Error) -> Self {
-        Self::of_catalog(ns.join("."), None, e)
-    }
-
-    /// Maps a catalog error met while serving `ident`.
-    fn of_table(ident: &TableIdent, e: iceberg::Error) -> Self {
-        Self::of_catalog(ident.namespace().join("."), Some(ident.to_string()), e)
-    }
-
-    fn of_catalog(namespace: String, table: Option<String>, e: iceberg::Error) -> Self {
-        match (e.kind(), table) {
-            (ErrorKind::TableNotFound, Some(table)) => Self::NoSuchTable { table },
-            (ErrorKind::NamespaceNotFound, _) => Self::NoSuchNamespace { namespace },
-            (ErrorKind::DataInvalid, _) => Self::BadRequest {
-                reason: e.message().to_string(),
-            },
-            (_, table) => Self::Catalog {
-                name: table.unwrap_or(namespace),
-                source: Box::new(e),
-            },
-        }
-    }
-}
-
-impl IntoResponse for RestError {
-    fn into_response(self) -> Response {
-        let (status, kind) = self.status_and_type();
-        // As a Flight RPC's failure: the server's at `warn`, the client's at `info`, in
-        // the request's `rest` span (method, path, peer). A missing token is logged where
-        // it is refused (`unauthenticated`).
-        if status.is_server_error() {
-            warn!(code = status.as_u16(), error = %self, "request failed");
-        } else if !matches!(self, Self::NotAuthorized) {
-            info!(code = status.as_u16(), error = %self, "request refused");
-        }
-        let body = ErrorResponse {
-            error: ErrorModel {
-                message: self.to_string(),
-                kind,
-                code: status.as_u16(),
-            },
-        };
-        match serde_json::to_vec(&body) {
-            Ok(bytes) => {
-                (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
-            }
-            Err(_) => (status, self.to_string()).into_response(),
-        }
-    }
-}
-
 /// The REST catalog routes over `catalog`, ready to merge into the metrics router. With
-/// `tokens` (the Flight server's `--auth-token-file`), every route needs the same
-/// `authorization: Bearer <token>` header as Flight (issue "REST catalog", item 2);
+/// `tokens` (the Flight server's `--auth-token-file`), every route — reads and writes
+/// alike — needs the same `authorization: Bearer <token>` header as Flight;
 /// `/metrics`, `/healthz` and `/readyz` stay open.
 pub fn router(catalog: Arc<RedbCatalog>, tokens: Option<Arc<Tokens>>) -> Router {
     let routes = Router::new()
         .route("/v1/config", get(get_config))
-        .route("/v1/namespaces", get(list_namespaces))
+        .route(
+            "/v1/namespaces",
+            get(list_namespaces).post(ddl::create_namespace),
+        )
         .route(
             "/v1/namespaces/{namespace}",
-            get(load_namespace).head(namespace_exists),
+            get(load_namespace)
+                .head(namespace_exists)
+                .delete(ddl::drop_namespace),
         )
-        .route("/v1/namespaces/{namespace}/tables", get(list_tables))
+        .route(
+            "/v1/namespaces/{namespace}/properties",
+            post(ddl::update_properties),
+        )
+        .route(
+            "/v1/namespaces/{namespace}/tables",
+            get(list_tables).post(ddl::create_table),
+        )
         .route(
             "/v1/namespaces/{namespace}/tables/{table}",
-            get(load_table).head(table_exists),
+            get(load_table)
+                .head(table_exists)
+                .post(commit::commit_table)
+                .delete(ddl::drop_table),
         )
+        .route("/v1/tables/rename", post(ddl::rename_table))
         .with_state(catalog);
     let routes = match tokens {
         Some(tokens) => routes.layer(axum::middleware::from_fn_with_state(tokens, require_bearer)),
@@ -197,8 +118,8 @@ async fn in_span(request: axum::extract::Request, next: axum::middleware::Next) 
 fn peer_of(request: &axum::extract::Request) -> String {
     request
         .extensions()
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|info| info.0.to_string())
+        .get::<axum::extract::ConnectInfo<crate::tls::Peer>>()
+        .map(|info| info.0.0.to_string())
         .unwrap_or_default()
 }
 
@@ -239,12 +160,13 @@ async fn get_config() -> Result<Response, RestError> {
     )
 }
 
-/// `GET /v1/namespaces[?parent=a%1Fb]`: the namespaces one level below `parent` (top
-/// level when absent or empty).
+/// `GET /v1/namespaces[?parent=a%1Fb][&pageToken=…&pageSize=n]`: the namespaces one level
+/// below `parent` (top level when absent or empty), one page of them ([`page`]).
 async fn list_namespaces(
     State(catalog): Db,
     RawQuery(query): RawQuery,
 ) -> Result<Response, RestError> {
+    let paging = PageRequest::parse(query.as_deref())?;
     let parent = query_param(query.as_deref(), "parent")
         .filter(|p| !p.is_empty())
         .map(|p| namespace_of(&p))
@@ -256,10 +178,12 @@ async fn list_namespaces(
             Some(ns) => RestError::of_namespace(ns, e),
             None => RestError::of_catalog(String::new(), None, e),
         })?;
+    let page = paging.page(namespaces, |ns| ns.as_ref().join("\u{1f}"));
     json(
         "list namespaces",
         &ListNamespacesResponse {
-            namespaces: namespaces.iter().map(model::levels).collect(),
+            next_page_token: page.next,
+            namespaces: page.items.iter().map(model::levels).collect(),
         },
     )
 }
@@ -296,30 +220,45 @@ async fn namespace_exists(
     }
 }
 
+/// `GET /v1/namespaces/{namespace}/tables[?pageToken=…&pageSize=n]`: the tables directly
+/// in the namespace, one page of them ([`page`]).
 async fn list_tables(
     State(catalog): Db,
     path: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, RestError> {
+    let paging = PageRequest::parse(query.as_deref())?;
     let ns = namespace_of(&path_param(path)?)?;
     let tables = catalog
         .list_tables(&ns)
         .await
         .map_err(|e| RestError::of_namespace(&ns, e))?;
+    let page = paging.page(tables, |t| t.name().to_string());
     json(
         "list tables",
         &ListTablesResponse {
-            identifiers: tables.iter().map(TableIdentifier::from).collect(),
+            next_page_token: page.next,
+            identifiers: page.items.iter().map(TableIdentifier::from).collect(),
         },
     )
 }
 
 /// `GET /v1/namespaces/{namespace}/tables/{table}`: the metadata the catalog's current
-/// pointer names, with that pointer. The `snapshots` parameter is ignored: every
-/// snapshot is returned, which the spec allows for `refs` too.
+/// pointer names, with that pointer. `snapshots` must be `all` or `refs` (400
+/// otherwise); every snapshot is returned for both, which the spec allows for `refs`.
 async fn load_table(
     State(catalog): Db,
     path: Result<Path<(String, String)>, PathRejection>,
+    RawQuery(query): RawQuery,
 ) -> Result<Response, RestError> {
+    if let Some(snapshots) = query_param(query.as_deref(), "snapshots")
+        && snapshots != "all"
+        && snapshots != "refs"
+    {
+        return Err(RestError::bad(format!(
+            "snapshots {snapshots:?} is not all or refs"
+        )));
+    }
     let ident = table_of(path)?;
     let table = catalog
         .load_table(&ident)
@@ -351,6 +290,15 @@ async fn table_exists(
         }),
         Err(e) => Err(RestError::of_table(&ident, e)),
     }
+}
+
+/// A request body parsed as `T` (the spec's schema `what`).
+///
+/// # Errors
+/// [`RestError::BadRequest`] naming `what` and serde's complaint (the field, the unknown
+/// `action`, the line and column).
+fn body_of<T: DeserializeOwned>(what: &str, body: &[u8]) -> Result<T, RestError> {
+    serde_json::from_slice(body).map_err(|e| RestError::bad(format!("invalid {what} body: {e}")))
 }
 
 /// A 200 response with `body` as JSON.

@@ -4,8 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use iceberg::spec::TableMetadata;
+use iceberg::spec::{Schema, SortOrder, UnboundPartitionSpec};
 use iceberg::{NamespaceIdent, TableIdent};
-use serde::Serialize;
+use iceberg::{TableRequirement, TableUpdate};
+use serde::{Deserialize, Serialize};
 
 /// `CatalogConfig`: the answer to `GET /v1/config`.
 #[derive(Debug, Serialize)]
@@ -18,10 +20,12 @@ pub struct CatalogConfig {
     pub endpoints: Vec<&'static str>,
 }
 
-/// `ListNamespacesResponse`. Not paginated: `next-page-token` is omitted, as the spec
-/// asks of servers that do not paginate.
+/// `ListNamespacesResponse`, one page of it ([`super::page`]).
 #[derive(Debug, Serialize)]
 pub struct ListNamespacesResponse {
+    /// The next page's token; `null` on the last page.
+    #[serde(rename = "next-page-token")]
+    pub next_page_token: Option<String>,
     /// Each namespace as its list of levels.
     pub namespaces: Vec<Vec<String>>,
 }
@@ -36,7 +40,7 @@ pub struct GetNamespaceResponse {
 }
 
 /// `TableIdentifier`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct TableIdentifier {
     /// The namespace's levels.
     pub namespace: Vec<String>,
@@ -53,9 +57,12 @@ impl From<&TableIdent> for TableIdentifier {
     }
 }
 
-/// `ListTablesResponse`. Not paginated (see [`ListNamespacesResponse`]).
+/// `ListTablesResponse`, one page of it ([`super::page`]).
 #[derive(Debug, Serialize)]
 pub struct ListTablesResponse {
+    /// The next page's token; `null` on the last page.
+    #[serde(rename = "next-page-token")]
+    pub next_page_token: Option<String>,
     /// The tables directly in the namespace.
     pub identifiers: Vec<TableIdentifier>,
 }
@@ -70,6 +77,115 @@ pub struct LoadTableResult {
     pub metadata: TableMetadata,
     /// Table-specific client configuration; skade sets none.
     pub config: BTreeMap<String, String>,
+}
+
+impl TableIdentifier {
+    /// The identifier as iceberg's.
+    ///
+    /// # Errors
+    /// `DataInvalid` for an empty namespace.
+    pub fn ident(&self) -> iceberg::Result<TableIdent> {
+        Ok(TableIdent::new(
+            NamespaceIdent::from_vec(self.namespace.clone())?,
+            self.name.clone(),
+        ))
+    }
+}
+
+/// `CreateNamespaceRequest`.
+#[derive(Debug, Deserialize)]
+pub struct CreateNamespaceRequest {
+    /// The namespace's levels.
+    pub namespace: Vec<String>,
+    /// Its properties.
+    #[serde(default)]
+    pub properties: HashMap<String, String>,
+}
+
+/// `CreateNamespaceResponse`.
+#[derive(Debug, Serialize)]
+pub struct CreateNamespaceResponse {
+    /// The namespace's levels.
+    pub namespace: Vec<String>,
+    /// The properties stored.
+    pub properties: HashMap<String, String>,
+}
+
+/// `UpdateNamespacePropertiesRequest`.
+#[derive(Debug, Deserialize)]
+pub struct UpdateNamespacePropertiesRequest {
+    /// Keys to remove.
+    #[serde(default)]
+    pub removals: Vec<String>,
+    /// Keys to set, with their values.
+    #[serde(default)]
+    pub updates: HashMap<String, String>,
+}
+
+/// `UpdateNamespacePropertiesResponse`.
+#[derive(Debug, Serialize)]
+pub struct UpdateNamespacePropertiesResponse {
+    /// Keys set (added or changed).
+    pub updated: Vec<String>,
+    /// Keys removed.
+    pub removed: Vec<String>,
+    /// Keys asked to be removed that were not there.
+    pub missing: Vec<String>,
+}
+
+/// `CreateTableRequest`. `schema-id` may be left out of `schema` (clients send the
+/// schema before it has one); the table's first schema gets id 0 whatever it says.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CreateTableRequest {
+    /// The table's name.
+    pub name: String,
+    /// Where its files go (must be under the warehouse); `<warehouse>/<ns...>/<name>`
+    /// when absent.
+    pub location: Option<String>,
+    /// Its schema.
+    pub schema: Schema,
+    /// Its partition spec (unpartitioned when absent).
+    pub partition_spec: Option<UnboundPartitionSpec>,
+    /// Its sort order (unsorted when absent).
+    pub write_order: Option<SortOrder>,
+    /// A staged create (refused: skade creates tables at once).
+    #[serde(default)]
+    pub stage_create: bool,
+    /// Table properties; `format-version` picks the format version (default 2).
+    #[serde(default)]
+    pub properties: HashMap<String, String>,
+}
+
+/// `CommitTableRequest`: requirements to check and updates to apply, as iceberg's own
+/// serde types (spelled as the spec's `TableRequirement` and `TableUpdate`).
+#[derive(Debug, Deserialize)]
+pub struct CommitTableRequest {
+    /// The table, when given; must then match the path.
+    pub identifier: Option<TableIdentifier>,
+    /// Checked against the table's current metadata before anything is written.
+    pub requirements: Vec<TableRequirement>,
+    /// Applied in order.
+    pub updates: Vec<TableUpdate>,
+}
+
+/// `RenameTableRequest`.
+#[derive(Debug, Deserialize)]
+pub struct RenameTableRequest {
+    /// The table to rename.
+    pub source: TableIdentifier,
+    /// Its new identifier (the namespace must exist).
+    pub destination: TableIdentifier,
+}
+
+/// `CommitTableResponse`: the committed metadata and its location.
+#[derive(Debug, Serialize)]
+pub struct CommitTableResponse {
+    /// The new metadata JSON's path, as the catalog now points to it.
+    #[serde(rename = "metadata-location")]
+    pub metadata_location: String,
+    /// The committed metadata.
+    pub metadata: TableMetadata,
 }
 
 /// `IcebergErrorResponse`: `{"error": ErrorModel}`.

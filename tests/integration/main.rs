@@ -23,6 +23,7 @@ mod maintenance;
 mod operability;
 mod parallel_encode;
 mod rest;
+mod rest_ddl;
 mod security;
 mod service;
 mod streaming_put;

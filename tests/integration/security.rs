@@ -387,3 +387,121 @@ async fn unusable_tls_files_fail_the_start() {
     let e = skade::start(config).await.expect_err("missing key");
     assert!(e.to_string().contains("missing.pem"), "{e}");
 }
+
+/// One HTTP/1.0 request over TLS to `addr`, trusting only `ca_pem` for `localhost`;
+/// the status and body, or the connection's error.
+async fn https_send(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Result<(u16, String), String> {
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut tls = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: localhost\r\n{extra}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    // The server may close without a TLS close_notify after HTTP/1.0: keep what came.
+    let _ = tls.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// With `--tls-cert`/`--tls-key` the HTTP address serves the REST catalog, metrics and
+/// probes over TLS with the same certificate as Flight, and no longer plain text; REST
+/// writes need the bearer token as reads do (issue #16). Catches a plain-text HTTP
+/// listener beside a TLS Flight one, and a REST write that skips the token check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_address_serves_tls_and_guards_rest_writes_with_the_token() {
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = self_signed();
+    let cert_path = secrets.path().join("cert.pem");
+    let key_path = secrets.path().join("key.pem");
+    std::fs::write(&cert_path, &cert).expect("cert");
+    std::fs::write(&key_path, &key).expect("key");
+    let tokens = token_file(secrets.path(), &[GOOD]);
+    let server = TestServer::start_with(|c| {
+        c.security.tls_cert = Some(cert_path.clone());
+        c.security.tls_key = Some(key_path.clone());
+        c.security.auth_token_file = Some(tokens);
+    })
+    .await;
+    let addr = server.running.metrics_addr;
+    within(60, async {
+        let (status, body) = https_send(addr, &cert, "GET", "/healthz", &[], "")
+            .await
+            .expect("https");
+        assert_eq!((status, body.as_str()), (200, "ok\n"));
+        let create = r#"{"namespace": ["secure"]}"#;
+        let (status, body) = https_send(addr, &cert, "POST", "/v1/namespaces", &[], create)
+            .await
+            .expect("https");
+        assert_eq!(status, 401, "{body}");
+        assert!(body.contains("NotAuthorizedException"), "{body}");
+        let catalog = server.running.service.catalog.clone();
+        let secure = iceberg::NamespaceIdent::new("secure".to_string());
+        assert!(
+            !iceberg::Catalog::namespace_exists(catalog.as_ref(), &secure)
+                .await
+                .unwrap()
+        );
+        let bearer = format!("Bearer {GOOD}");
+        let auth = [("authorization", bearer.as_str())];
+        let (status, body) = https_send(addr, &cert, "POST", "/v1/namespaces", &auth, create)
+            .await
+            .expect("https");
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            iceberg::Catalog::namespace_exists(catalog.as_ref(), &secure)
+                .await
+                .unwrap()
+        );
+        // Plain text to the TLS address gets no HTTP answer.
+        let (status, _) = common::http_request(addr, "GET", "/healthz").await;
+        assert_eq!(status, 0, "plain HTTP must not be served");
+    })
+    .await;
+    server.stop().await;
+}

@@ -28,6 +28,7 @@ import dataclasses
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -52,7 +53,8 @@ class SkadeServer:
     flight_uri: str
     """``grpc://127.0.0.1:<port>``, for ``pyarrow.flight.FlightClient``."""
     metrics_url: str
-    """``http://127.0.0.1:<port>`` (serves ``/healthz``, ``/metrics``, Iceberg REST)."""
+    """``http://127.0.0.1:<port>`` (serves ``/healthz``, ``/metrics``, Iceberg REST);
+    ``https://localhost:<port>`` when the server runs with ``--tls-cert``."""
     data_dir: Path
     """The server's ``--data-dir`` (holds ``catalog.redb`` and ``warehouse/``)."""
     log_path: Path
@@ -104,9 +106,16 @@ def free_tcp_ports(n: int) -> list[int]:
 _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _healthz_ok(url: str) -> bool:
+def _healthz_ok(url: str, root_certs: bytes | None = None) -> bool:
+    """Whether ``url`` answers 200 (over HTTPS trusting ``root_certs`` when given)."""
+    opener = _NO_PROXY_OPENER
+    if root_certs is not None:
+        context = ssl.create_default_context(cadata=root_certs.decode())
+        opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+        )
     try:
-        with _NO_PROXY_OPENER.open(url, timeout=2) as resp:
+        with opener.open(url, timeout=2) as resp:
             return resp.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False
@@ -174,7 +183,12 @@ def launch_skade(
     scheme = "grpc+tls" if fields.get("tls_root_certs") else "grpc"
     server = SkadeServer(
         flight_uri=f"{scheme}://{'localhost' if scheme == 'grpc+tls' else '127.0.0.1'}:{flight_port}",
-        metrics_url=f"http://127.0.0.1:{metrics_port}",
+        # With a certificate the HTTP listener speaks only HTTPS (metrics, probes, REST).
+        metrics_url=(
+            f"https://localhost:{metrics_port}"
+            if scheme == "grpc+tls"
+            else f"http://127.0.0.1:{metrics_port}"
+        ),
         data_dir=data_dir,
         log_path=log_path,
         process=proc,
@@ -190,7 +204,7 @@ def launch_skade(
                 f"answered 200; log tail ({log_path}):\n{server.log_tail()}",
                 pytrace=False,
             )
-        if _healthz_ok(health_url):
+        if _healthz_ok(health_url, fields.get("tls_root_certs")):
             break
         if time.monotonic() > deadline:
             _stop(proc)

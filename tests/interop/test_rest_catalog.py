@@ -11,9 +11,9 @@ metrics address is the catalog URI, there is no other service:
   ``GetFlightInfo`` ``app_metadata``), and its scan equals every row pushed so far; before
   its first put the table is neither listed nor loadable.
 * Unknown names: ``NoSuchTableError`` / ``NoSuchNamespaceError`` (HTTP 404 with the
-  spec's ``{"error": {"type", "code", "message"}}`` body, checked raw too); mutating calls
-  are refused by the client itself, because ``/v1/config`` advertises only read
-  endpoints.
+  spec's ``{"error": {"type", "code", "message"}}`` body, checked raw too); calls of
+  endpoints ``/v1/config`` does not advertise are refused by the client itself
+  (``test_rest_ddl.py`` covers the DDL routes it does advertise).
 * A multi-table ADBC Flight SQL transaction's two new tables become visible to a REST
   reader polling all along the transaction at once: never one without the other, and
   neither before ``commit()``.
@@ -179,11 +179,12 @@ def test_unknown_names_are_404(skade_server, client, catalog):
     assert body["error"]["code"] == 404, body
     assert f"{NS}.nope" in body["error"]["message"], body
 
-    # Writes are not advertised, so the client refuses them before sending anything.
+    # What is not advertised (registering a table, views) the client refuses before
+    # sending anything.
     with pytest.raises(NotImplementedError):
-        catalog.create_namespace("from_rest")
+        catalog.register_table((NS, "registered"), "/nowhere/00000-x.metadata.json")
     with pytest.raises(NotImplementedError):
-        catalog.drop_table((NS, "known"))
+        catalog.load_view((NS, "v"))
 
 
 def test_multi_table_transaction_is_visible_all_at_once(skade_server):

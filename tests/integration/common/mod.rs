@@ -126,6 +126,41 @@ pub async fn http_request_with(
     (status, body)
 }
 
+/// A minimal HTTP/1.0 request with a JSON `body` (none when empty) and extra headers.
+pub async fn http_send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect http");
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// The value of an unlabelled metric line `name value` in a Prometheus text body.
 pub fn metric(body: &str, name: &str) -> f64 {
     body.lines()

@@ -1,0 +1,125 @@
+//! `POST /v1/namespaces/{namespace}/tables/{table}` (the spec's `updateTable`): a
+//! commit of metadata-only updates, through the same catalog commit path as data
+//! commits ([`RedbCatalog::atomic_release_raw`]: requirements checked against the
+//! current metadata, the new metadata JSON written and synced, the pointer
+//! compare-and-swapped in the group-commit redb transaction, counted in
+//! `skade_catalog_commits_total`), in the table's commit turn
+//! ([`crate::write::table_commit_lock`]) so it never races this process's puts.
+//!
+//! Served updates: `add-schema`, `set-current-schema`, `add-spec`, `set-default-spec`,
+//! `add-sort-order`, `set-default-sort-order`, `set-properties`, `remove-properties`.
+//! Every requirement of the spec is checked. Any other update — `add-snapshot` above
+//! all: data reaches skade's tables through Flight — is refused with 400 naming it, and
+//! nothing is written.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use iceberg::{Catalog, ErrorKind, TableUpdate};
+
+use super::model::{CommitTableRequest, CommitTableResponse};
+use super::{RestError, body_of, json, table_of};
+use crate::catalog::RedbCatalog;
+
+/// The `action` of every update [`commit_table`] serves.
+pub const SERVED_UPDATES: [&str; 8] = [
+    "add-schema",
+    "set-current-schema",
+    "add-spec",
+    "set-default-spec",
+    "add-sort-order",
+    "set-default-sort-order",
+    "set-properties",
+    "remove-properties",
+];
+
+/// Commits a `CommitTableRequest` and answers `CommitTableResponse`: 400 for an unknown
+/// or refused update or an identifier that is not the path's, 404 for a missing table,
+/// 409 `CommitFailedException` for a failed requirement or a concurrent commit.
+pub(super) async fn commit_table(
+    State(catalog): State<Arc<RedbCatalog>>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, RestError> {
+    let ident = table_of(path)?;
+    let request: CommitTableRequest = body_of("CommitTableRequest", &body)?;
+    if let Some(named) = &request.identifier {
+        let named = named
+            .ident()
+            .map_err(|e| RestError::bad(format!("identifier: {}", e.message())))?;
+        if named != ident {
+            return Err(RestError::bad(format!(
+                "the body's identifier {named} is not the path's table {ident}"
+            )));
+        }
+    }
+    for update in &request.updates {
+        let action = action_of(update);
+        if !SERVED_UPDATES.contains(&action.as_str()) {
+            return Err(RestError::bad(format!(
+                "update {action:?} is not served: commits here carry metadata-only updates \
+                 ({}); data is committed through Flight",
+                SERVED_UPDATES.join(", ")
+            )));
+        }
+    }
+    let table = catalog
+        .load_table(&ident)
+        .await
+        .map_err(|e| RestError::of_table(&ident, e))?;
+    let lock = crate::write::table_commit_lock(table.metadata().uuid());
+    let _turn = lock.lock().await;
+    let committed = catalog
+        .atomic_release_raw(vec![(ident.clone(), request.requirements, request.updates)])
+        .await
+        .map_err(|e| RestError::of_table(&ident, e))?
+        .pop()
+        .ok_or_else(|| RestError::Catalog {
+            name: ident.to_string(),
+            source: Box::new(iceberg::Error::new(
+                ErrorKind::Unexpected,
+                "release returned no table",
+            )),
+        })?;
+    let metadata_location = committed
+        .metadata_location_result()
+        .map_err(|e| RestError::of_table(&ident, e))?
+        .to_string();
+    tracing::info!(table = %ident, %metadata_location, "metadata committed");
+    json(
+        "commit table",
+        &CommitTableResponse {
+            metadata_location,
+            metadata: committed.metadata().clone(),
+        },
+    )
+}
+
+/// An update's `action`, as the spec spells it.
+fn action_of(update: &TableUpdate) -> String {
+    serde_json::to_value(update)
+        .ok()
+        .and_then(|v| v.get("action").and_then(|a| a.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::action_of;
+    use iceberg::TableUpdate;
+
+    // Catches the served list drifting from iceberg's serde names (a served update
+    // would then be refused).
+    #[test]
+    fn served_actions_are_iceberg_spellings() {
+        let update: TableUpdate =
+            serde_json::from_str(r#"{"action":"set-default-spec","spec-id":-1}"#).unwrap();
+        assert_eq!(action_of(&update), "set-default-spec");
+        let update: TableUpdate =
+            serde_json::from_str(r#"{"action":"remove-properties","removals":["a"]}"#).unwrap();
+        assert_eq!(action_of(&update), "remove-properties");
+    }
+}
