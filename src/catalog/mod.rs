@@ -989,12 +989,12 @@ impl Catalog for RedbCatalog {
     /// `CatalogCommitConflicts`, retryable, when a requirement fails or the pointer moved
     /// (only this commit fails, not others sharing its transaction); `Unexpected` when the
     /// warehouse sync or the redb transaction failed.
+    /// One table's commit (iceberg's transactions, so Lane 1's fast appends, end here):
+    /// an [`RedbCatalog::atomic_release_raw`] of that one table.
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
-        let prepared = self
-            .prepare_commit(&ident, commit.take_requirements(), commit.take_updates())
-            .await?;
-        let mut tables = self.release(vec![prepared]).await?;
+        let entry = (ident, commit.take_requirements(), commit.take_updates());
+        let mut tables = self.atomic_release_raw(vec![entry]).await?;
         tables
             .pop()
             .ok_or_else(|| Error::new(ErrorKind::Unexpected, "release returned no table"))

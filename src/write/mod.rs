@@ -3,10 +3,14 @@
 //! What each server lane runs:
 //! - **Lane 1** (`DoPut` on a `PATH`): a [`Batcher`] cuts the stream into files that
 //!   encode as rows arrive, and [`ingest_pipelined_overlap_stream`] writes them while its
-//!   committer, beside the writer, commits every few files (one fast append each).
+//!   committer, beside the writer, commits every few files (one fast append each,
+//!   through the catalog's `update_table`, which is a one-table
+//!   [`crate::catalog::RedbCatalog::atomic_release_raw`]).
 //! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
 //!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
-//!   [`ingest_multi`]: every table in ONE redb write transaction.
+//!   [`ingest_multi`]: every table in ONE redb write transaction
+//!   ([`crate::catalog::RedbCatalog::atomic_release`], `atomic_release_raw` plus the
+//!   creation of tables the transaction made).
 //!
 //! The design notes' other entry points stay public as the library API their tests pin
 //! (`docs/design/`): [`append`] and [`ingest_parallel`] (one snapshot from collected
