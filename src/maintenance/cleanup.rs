@@ -3,8 +3,11 @@
 //!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
-//! manifest is read once) and lists each table's `data/` and `metadata/`. A file is
-//! removed only when all of these hold:
+//! manifest is read once). Every [`LISTING_EVERY`] it lists each table's `data/` and
+//! `metadata/` (to find files no metadata ever referenced: leftovers of failed
+//! commits); the sweeps in between take as candidates the files referenced at the last
+//! sweep and not now, and look on disk only at files whose grace period has passed. A
+//! file is removed only when all of these hold:
 //! - no table's current metadata references it (the pointer read from redb, so the
 //!   commit that dropped the reference is durable);
 //! - a sweep first found it unreferenced at least the grace period ago, so a reader that
@@ -106,7 +109,18 @@ pub(crate) struct Sweeper {
     walker: ReferenceWalker,
     /// Unreferenced file → when a sweep first found it unreferenced.
     unreferenced: HashMap<PathBuf, Instant>,
+    /// Every file referenced at the last sweep.
+    referenced: HashSet<PathBuf>,
+    /// When the last sweep listed the tables' directories.
+    listed_at: Option<Instant>,
 }
+
+/// How often a sweep lists the tables' directories, to find files no metadata ever
+/// referenced (the leftovers of failed and rolled back commits). The sweeps in between
+/// take their candidates from the references alone — the files referenced at the last
+/// sweep and not now — so their cost follows the table's live files and the files that
+/// just lost their reference, not every file still waiting out its grace period.
+const LISTING_EVERY: Duration = Duration::from_secs(30);
 
 impl Sweeper {
     /// Unreferenced files the last sweep kept (waiting for their grace period, pinned, or
@@ -157,8 +171,28 @@ impl Sweeper {
         locations.retain(|(l, _)| !protected.contains(l));
 
         let unreferenced = std::mem::take(&mut self.unreferenced);
-        let (unreferenced, outcome) = tokio::task::spawn_blocking(move || {
-            remove_unreferenced(&locations, &referenced, unreferenced, grace, oldest_pin)
+        let list = self
+            .listed_at
+            .is_none_or(|at| at.elapsed() >= LISTING_EVERY);
+        let lost: Vec<PathBuf> = if list {
+            self.listed_at = Some(Instant::now());
+            Vec::new()
+        } else {
+            self.referenced.difference(&referenced).cloned().collect()
+        };
+        let (unreferenced, referenced, outcome) = tokio::task::spawn_blocking(move || {
+            let rules = Rules {
+                locations: &locations,
+                referenced: &referenced,
+                grace,
+                oldest_pin,
+            };
+            let (unreferenced, outcome) = if list {
+                rules.listed(unreferenced)
+            } else {
+                rules.between_listings(unreferenced, lost)
+            };
+            (unreferenced, referenced, outcome)
         })
         .await
         .map_err(|e| GcError::Io {
@@ -167,67 +201,163 @@ impl Sweeper {
             source: std::io::Error::other(e.to_string()),
         })?;
         self.unreferenced = unreferenced;
+        self.referenced = referenced;
         outcome
     }
 }
 
-/// Lists every location's `data/` and `metadata/` and removes what the module docs
-/// allow; returns the new "first found unreferenced" map and the files removed.
-fn remove_unreferenced(
-    locations: &[(PathBuf, bool)],
-    referenced: &HashSet<PathBuf>,
-    mut seen: HashMap<PathBuf, Instant>,
+/// What a sweep may remove (module docs): under which locations, given which
+/// references, grace period and write pins.
+struct Rules<'a> {
+    /// Swept locations, each with whether its metadata JSON files may go.
+    locations: &'a [(PathBuf, bool)],
+    referenced: &'a HashSet<PathBuf>,
     grace: Duration,
     oldest_pin: Option<SystemTime>,
-) -> (HashMap<PathBuf, Instant>, Result<Vec<Removed>, GcError>) {
-    let (now, wall) = (Instant::now(), SystemTime::now());
-    let mut still = HashMap::new();
-    let mut removed = Vec::new();
-    for (location, delete_metadata) in locations {
-        for dir in ["data", "metadata"] {
-            let listed = match files_under(&location.join(dir)) {
-                Ok(listed) => listed,
-                Err(e) => return (still, Err(e)),
-            };
-            for (file, meta) in listed {
-                if referenced.contains(&file) {
-                    continue;
+}
+
+impl Rules<'_> {
+    /// The kind of `file` if a sweep may consider it at all: under a swept location's
+    /// `data/` or `metadata/`, not referenced, and not a metadata JSON file its
+    /// location keeps.
+    fn candidate(&self, file: &Path) -> Option<FileKind> {
+        if self.referenced.contains(file) {
+            return None;
+        }
+        self.locations
+            .iter()
+            .find_map(|(location, delete_metadata)| {
+                let in_data = file.starts_with(location.join("data"));
+                if !in_data && !file.starts_with(location.join("metadata")) {
+                    return None;
                 }
-                let kind = FileKind::of(&file, dir == "data");
-                if kind == FileKind::Metadata && !delete_metadata {
-                    continue;
-                }
-                let first = seen.remove(&file).unwrap_or(now);
-                // A modification time in the future counts as age 0: kept.
-                let modified = meta.modified().unwrap_or(wall);
-                let young = wall.duration_since(modified).unwrap_or_default() < grace;
-                let pinned = oldest_pin.is_some_and(|pin| modified >= pin);
-                if young || pinned || now.duration_since(first) < grace {
-                    still.insert(file, first);
-                    continue;
-                }
-                match std::fs::remove_file(&file) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(source) => {
-                        return (
-                            still,
-                            Err(GcError::Io {
-                                what: "remove",
-                                path: file,
-                                source,
-                            }),
-                        );
+                let kind = FileKind::of(file, in_data);
+                Some((kind != FileKind::Metadata || *delete_metadata).then_some(kind))
+            })
+            .flatten()
+    }
+
+    /// The sweep that lists every location's `data/` and `metadata/`; returns the new
+    /// "first found unreferenced" map and the files removed.
+    fn listed(
+        &self,
+        mut seen: HashMap<PathBuf, Instant>,
+    ) -> (HashMap<PathBuf, Instant>, Result<Vec<Removed>, GcError>) {
+        let now = Instant::now();
+        let mut still = HashMap::new();
+        let mut removed = Vec::new();
+        for (location, _) in self.locations {
+            for dir in ["data", "metadata"] {
+                let listed = match files_under(&location.join(dir)) {
+                    Ok(listed) => listed,
+                    Err(e) => return (still, Err(e)),
+                };
+                for (file, meta) in listed {
+                    let Some(kind) = self.candidate(&file) else {
+                        continue;
+                    };
+                    let first = seen.remove(&file).unwrap_or(now);
+                    if let Err(e) =
+                        self.remove_if_due(file, &meta, kind, first, &mut still, &mut removed)
+                    {
+                        return (still, Err(e));
                     }
                 }
-                tracing::debug!(path = %file.display(), kind = kind.as_str(), "unreferenced file removed");
-                removed.push(Removed {
+            }
+        }
+        (still, Ok(removed))
+    }
+
+    /// The sweep between listings: the files that lost their reference since the last
+    /// sweep (`lost`) start waiting; the waiting files whose grace period has passed are
+    /// checked on disk and removed. Returns as [`Self::listed`].
+    fn between_listings(
+        &self,
+        mut seen: HashMap<PathBuf, Instant>,
+        lost: Vec<PathBuf>,
+    ) -> (HashMap<PathBuf, Instant>, Result<Vec<Removed>, GcError>) {
+        let now = Instant::now();
+        for file in lost {
+            seen.entry(file).or_insert(now);
+        }
+        let mut still = HashMap::with_capacity(seen.len());
+        let mut removed = Vec::new();
+        let mut due = Vec::new();
+        for (file, first) in seen {
+            // The location rules are checked when a file is due (below).
+            if self.referenced.contains(&file) {
+                continue;
+            }
+            if now.duration_since(first) < self.grace {
+                still.insert(file, first);
+            } else {
+                due.push((file, first));
+            }
+        }
+        for (file, first) in due {
+            let meta = match std::fs::symlink_metadata(&file) {
+                Ok(meta) if meta.is_file() => meta,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    let e = GcError::Io {
+                        what: "read the metadata of",
+                        path: file,
+                        source,
+                    };
+                    return (still, Err(e));
+                }
+            };
+            let Some(kind) = self.candidate(&file) else {
+                continue;
+            };
+            if let Err(e) = self.remove_if_due(file, &meta, kind, first, &mut still, &mut removed) {
+                return (still, Err(e));
+            }
+        }
+        (still, Ok(removed))
+    }
+
+    /// Removes `file` (first found unreferenced at `first`) when its grace period has
+    /// passed and it is neither young nor pinned; else keeps it in `still`.
+    ///
+    /// # Errors
+    /// [`GcError::Io`] when the removal failed (a file already gone is not an error).
+    fn remove_if_due(
+        &self,
+        file: PathBuf,
+        meta: &std::fs::Metadata,
+        kind: FileKind,
+        first: Instant,
+        still: &mut HashMap<PathBuf, Instant>,
+        removed: &mut Vec<Removed>,
+    ) -> Result<(), GcError> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        // A modification time in the future counts as age 0: kept.
+        let modified = meta.modified().unwrap_or(wall);
+        let young = wall.duration_since(modified).unwrap_or_default() < self.grace;
+        let pinned = self.oldest_pin.is_some_and(|pin| modified >= pin);
+        if young || pinned || now.duration_since(first) < self.grace {
+            still.insert(file, first);
+            return Ok(());
+        }
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(GcError::Io {
+                    what: "remove",
                     path: file,
-                    bytes: meta.len(),
-                    kind,
+                    source,
                 });
             }
         }
+        tracing::debug!(path = %file.display(), kind = kind.as_str(), "unreferenced file removed");
+        removed.push(Removed {
+            path: file,
+            bytes: meta.len(),
+            kind,
+        });
+        Ok(())
     }
-    (still, Ok(removed))
 }

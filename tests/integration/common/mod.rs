@@ -296,6 +296,26 @@ pub fn count(batches: &[RecordBatch]) -> usize {
 }
 
 /// Every `*.parquet` file under `dir`.
+/// How many files under `dir` (recursively) have a name `matches` accepts.
+pub fn files_named(dir: &Path, matches: impl Fn(&str) -> bool) -> usize {
+    let mut count = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if matches(&e.file_name().to_string_lossy()) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
 pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
