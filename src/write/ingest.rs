@@ -125,7 +125,7 @@ pub async fn write_files(
 }
 
 /// Writes one encoded file to `path` through the table's `FileIO` and returns its
-/// `DataFile` (path and partition spec set).
+/// `DataFile` (path, partition spec id and partition tuple set).
 ///
 /// # Errors
 /// [`WriteError::Storage`] naming the file.
@@ -137,7 +137,6 @@ pub async fn write_file(
     path: String,
     file: EncodedFile,
 ) -> Result<DataFile, WriteError> {
-    let spec_id = table.metadata().default_partition_spec_id();
     let storage = |source: iceberg::Error| WriteError::Storage {
         table: table.identifier().to_string(),
         path: path.clone(),
@@ -145,6 +144,7 @@ pub async fn write_file(
     };
     let output = table.file_io().new_output(&path).map_err(storage)?;
     let bytes = file.bytes;
+    let partition = file.partition;
     // Local storage writes with blocking std::fs calls: keep them off the runtime.
     tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
         .await
@@ -156,7 +156,10 @@ pub async fn write_file(
         })?
         .map_err(storage)?;
     let mut builder = file.data_file;
-    builder.file_path(path.clone()).partition_spec_id(spec_id);
+    builder
+        .file_path(path.clone())
+        .partition(partition.values)
+        .partition_spec_id(partition.spec_id);
     builder.build().map_err(|e| {
         storage(iceberg::Error::new(
             iceberg::ErrorKind::Unexpected,

@@ -17,6 +17,7 @@
 //!
 //! Modules:
 //! - [`batcher`]: conform → reserve budget → encode as rows arrive → hand on full files.
+//! - [`partition`]: splitting a batch by the table's partition spec (iceberg's transforms).
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
@@ -37,6 +38,7 @@ pub mod file_stats;
 pub mod ingest;
 pub mod multi;
 pub mod parallel;
+pub mod partition;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
@@ -50,6 +52,7 @@ pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
     write_file, write_files,
 };
+pub use partition::{PartitionTuple, Partitioner};
 pub use multi::{
     COMMIT_RETRIES, StagedTable, commit_staged, commit_staged_with, encode_and_write_files,
     ingest_multi,

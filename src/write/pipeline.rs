@@ -31,6 +31,7 @@ use super::ingest::{
     FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
 };
 use super::parallel::FileEncoder;
+use super::partition::PartitionTuple;
 use crate::catalog::marks;
 
 /// One step of a pipelined ingest's input, in order.
@@ -74,9 +75,10 @@ impl FileSink for StageFiles<'_> {
         let FullFile {
             encoder,
             reservation,
+            partition,
             ..
         } = file;
-        if let Some(encoded) = finish(self.table, *encoder).await? {
+        if let Some(encoded) = finish(self.table, *encoder, partition).await? {
             let path = self.names.next_path(self.table);
             self.files
                 .push(write_file(self.table, path, encoded).await?);
@@ -218,8 +220,9 @@ fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 
 /// What the writer hands the committer, in submission order.
 enum Written {
-    /// A written file and the producer sequences it holds.
-    File(Box<DataFile>, Option<(u64, u64)>),
+    /// A written file, the producer sequences it holds, and whether a commit may end
+    /// after it ([`FullFile::commit_boundary`]).
+    File(Box<DataFile>, Option<(u64, u64)>, bool),
     Commit,
 }
 
@@ -270,10 +273,10 @@ async fn overlap(
             let item = rx.recv().await;
             let done = item.is_none();
             let commit_now = match item {
-                Some(Written::File(file, sequences)) => {
+                Some(Written::File(file, sequences, boundary)) => {
                     pending.push(*file);
                     pending_sequences = widen(pending_sequences, sequences);
-                    pending.len() >= files_per_commit
+                    boundary && pending.len() >= files_per_commit
                 }
                 Some(Written::Commit) | None => true,
             };
@@ -313,7 +316,11 @@ async fn overlap(
 }
 
 /// Waits for `encoder`'s row groups (on the blocking pool) and assembles its file.
-async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFile>, WriteError> {
+async fn finish(
+    table: &Table,
+    encoder: FileEncoder,
+    partition: PartitionTuple,
+) -> Result<Option<EncodedFile>, WriteError> {
     let rows = encoder.rows();
     let name = table.identifier().to_string();
     let finished = tokio::task::spawn_blocking(move || encoder.finish())
@@ -330,6 +337,7 @@ async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFil
         bytes,
         data_file,
         rows,
+        partition,
     }))
 }
 
@@ -340,19 +348,27 @@ async fn prepare(
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
     // The reservation (a file's rows' bytes) is held until its file is written.
-    let (encoded, _reservation, sequences) = match item {
+    let (encoded, _reservation, sequences, boundary) = match item {
         Segment::Commit => return Ok(Some(Written::Commit)),
-        Segment::Encoded(file) => (Some(*file), None, None),
+        Segment::Encoded(file) => (Some(*file), None, None, true),
         Segment::File(FullFile {
             encoder,
             reservation,
             sequences,
-        }) => (finish(table, *encoder).await?, Some(reservation), sequences),
+            partition,
+            commit_boundary,
+        }) => (
+            finish(table, *encoder, partition).await?,
+            Some(reservation),
+            sequences,
+            commit_boundary,
+        ),
     };
     match (encoded, path) {
         (Some(file), Some(path)) => Ok(Some(Written::File(
             Box::new(write_file(table, path, file).await?),
             sequences,
+            boundary,
         ))),
         _ => Ok(None),
     }
