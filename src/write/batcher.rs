@@ -132,14 +132,12 @@ impl Batcher {
         limits: BatchLimits,
     ) -> Result<Self, WriteError> {
         let table_name = table.identifier().to_string();
-        let arrow = Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(&schema).map_err(|source| {
-                WriteError::UnsupportedSchema {
-                    table: table_name.clone(),
-                    source: Box::new(source),
-                }
-            })?,
-        );
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).map_err(
+            |source| WriteError::UnsupportedSchema {
+                table: table_name.clone(),
+                source: Box::new(source),
+            },
+        )?);
         let spec = table.metadata().default_partition_spec();
         Ok(Self {
             arrow,
@@ -289,7 +287,11 @@ impl Batcher {
         let last = files.len();
         for (i, (partition, file)) in files.into_iter().enumerate() {
             let boundary = i + 1 == last;
-            let sequences = if boundary { self.sequences.take() } else { None };
+            let sequences = if boundary {
+                self.sequences.take()
+            } else {
+                None
+            };
             sink.accept(FullFile {
                 encoder: Box::new(file.encoder),
                 reservation: file.reservation,
@@ -304,7 +306,11 @@ impl Batcher {
 
     /// Hands on the one open file opened `opened`-th (an unsequenced stream's full
     /// partition file).
-    async fn hand_on_one(&mut self, opened: u64, sink: &mut impl FileSink) -> Result<(), WriteError> {
+    async fn hand_on_one(
+        &mut self,
+        opened: u64,
+        sink: &mut impl FileSink,
+    ) -> Result<(), WriteError> {
         let Some(partition) = self
             .files
             .iter()

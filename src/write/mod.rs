@@ -52,11 +52,11 @@ pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
     write_file, write_files,
 };
-pub use partition::{PartitionTuple, Partitioner};
 pub use multi::{
     COMMIT_RETRIES, StagedTable, commit_staged, commit_staged_with, encode_and_write_files,
     ingest_multi,
 };
+pub use partition::{PartitionTuple, Partitioner};
 pub use pipeline::{
     CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
     ingest_pipelined_overlap, ingest_pipelined_overlap_stream,

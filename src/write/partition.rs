@@ -119,7 +119,10 @@ impl Partitioner {
     ///
     /// # Errors
     /// [`WriteError::Encode`] when a transform fails on the batch.
-    pub fn split(&self, batch: &RecordBatch) -> Result<Vec<(PartitionTuple, RecordBatch)>, WriteError> {
+    pub fn split(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<Vec<(PartitionTuple, RecordBatch)>, WriteError> {
         let (Some(calculator), Some(converter)) = (&self.calculator, &self.converter) else {
             let nulls = Struct::from_iter(self.partition_type.fields().iter().map(|_| None));
             return Ok(vec![(self.tuple(nulls), batch.clone())]);

@@ -22,6 +22,7 @@ mod lifecycle;
 mod maintenance;
 mod operability;
 mod parallel_encode;
+mod partitioning;
 mod rest;
 mod security;
 mod service;
