@@ -23,6 +23,8 @@
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
+//! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
+//!   stream's first data.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
 //! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
 //!   commit, the per-table commit turn) and the single-commit lanes.
@@ -34,6 +36,7 @@ pub mod batcher;
 pub mod budget;
 pub mod conform;
 pub mod encode;
+pub mod evolve;
 pub mod file_stats;
 pub mod ingest;
 pub mod multi;
@@ -47,6 +50,7 @@ pub mod types;
 pub use batcher::{BatchLimits, Batcher, FileSink, FullFile, batch_bytes};
 pub use budget::{MemoryBudget, Reservation};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
+pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
@@ -60,6 +64,7 @@ pub use partition::{PartitionTuple, Partitioner};
 pub use pipeline::{
     CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
     ingest_pipelined_overlap, ingest_pipelined_overlap_stream,
+    ingest_pipelined_overlap_stream_evolving,
 };
 pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,

@@ -32,7 +32,8 @@ use super::ingest::{
 };
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
-use crate::catalog::marks;
+use super::evolve::{SchemaChange, commit_evolving};
+use crate::catalog::{RedbCatalog, marks};
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
@@ -205,6 +206,43 @@ pub async fn ingest_pipelined_overlap_stream(
         files_per_commit,
         props,
         writer_id,
+        None,
+        on_commit,
+    )
+    .await
+}
+
+/// [`ingest_pipelined_overlap_stream`] whose first commit also makes `change` the table's
+/// current schema (schema evolution on ingest, [`super::evolve`]): the schema change and
+/// the first files are ONE catalog commit; later commits are plain fast appends. With
+/// `change` `None` it is exactly [`ingest_pipelined_overlap_stream`].
+///
+/// # Errors
+/// As [`ingest_pipelined_overlap_stream`]; the first commit also fails (nothing
+/// committed) when the table's schema changed since `change` was planned.
+///
+/// # Cancel safety
+/// As [`ingest_pipelined_overlap_stream`].
+#[allow(clippy::too_many_arguments)]
+pub async fn ingest_pipelined_overlap_stream_evolving(
+    catalog: &RedbCatalog,
+    table: &Table,
+    segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
+    files_per_commit: usize,
+    props: &WriteProps,
+    writer_id: Option<&str>,
+    change: Option<SchemaChange>,
+    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
+) -> Result<(Table, IngestStats), WriteError> {
+    let evolve = change.map(|change| (catalog, change));
+    overlap(
+        catalog,
+        table,
+        segments,
+        files_per_commit,
+        props,
+        writer_id,
+        evolve,
         on_commit,
     )
     .await
@@ -226,6 +264,7 @@ enum Written {
     Commit,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn overlap(
     catalog: &dyn Catalog,
     table: &Table,
@@ -233,6 +272,7 @@ async fn overlap(
     files_per_commit: usize,
     props: &WriteProps,
     writer_id: Option<&str>,
+    mut evolve: Option<(&RedbCatalog, SchemaChange)>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let depth = props.channel_depth.max(1);
@@ -292,7 +332,12 @@ async fn overlap(
                     }
                     _ => HashMap::new(),
                 };
-                table = commit_files_with(catalog, &table, files, properties).await?;
+                table = match evolve.take() {
+                    Some((redb, change)) => {
+                        commit_evolving(redb, &table, &change, files, properties).await?
+                    }
+                    None => commit_files_with(catalog, &table, files, properties).await?,
+                };
                 stats.rows += committed.rows;
                 stats.files += committed.files;
                 stats.bytes += committed.bytes;
