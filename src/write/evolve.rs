@@ -31,9 +31,9 @@ use iceberg::{Catalog, TableRequirement, TableUpdate};
 
 use super::WriteError;
 use super::ingest::table_commit_lock;
-use crate::catalog::{RedbCatalog, run_blocking_io};
 use super::schema::iceberg_schema_for;
 use super::stage::stage_fast_append_with;
+use crate::catalog::{RedbCatalog, run_blocking_io};
 
 /// skade's table property that lets a stream evolve the table's schema (`true`; any other
 /// value or none: off, the schema never changes on ingest).
@@ -74,7 +74,10 @@ pub fn plan(
         return Ok(None);
     }
     let name = table.identifier().to_string();
-    let last_column_id = table.metadata().last_column_id().max(schema.highest_field_id());
+    let last_column_id = table
+        .metadata()
+        .last_column_id()
+        .max(schema.highest_field_id());
     let mut fields: Vec<NestedFieldRef> = schema.as_struct().fields().to_vec();
     let mut changed = false;
     let mut added = Vec::new();
@@ -177,40 +180,13 @@ fn shift_ids(field: &NestedFieldRef, offset: i32) -> NestedFieldRef {
 /// evolved schema.
 ///
 /// # Errors
-/// iceberg's error when the schema cannot be added (e.g. a field id below
-/// `last-column-id` reused with another type).
-pub fn evolved_handle(table: &Table, change: &SchemaChange) -> iceberg::Result<Table> {
-    let metadata = TableMetadataBuilder::new_from_metadata(
-        table.metadata().clone(),
-        table.metadata_location().map(str::to_string),
-    )
-    .add_current_schema(change.schema.as_ref().clone())?
-    .build()?
-    .metadata;
-    let mut builder = Table::builder()
-        .metadata(metadata)
-        .identifier(table.identifier().clone())
-        .file_io(table.file_io().clone());
-    if let Some(location) = table.metadata_location() {
-        builder = builder.metadata_location(location);
-    }
-    builder.build()
-}
-
-/// Stages `data_files` as one fast append on `table` that also makes `change` the
-/// table's current schema: `(requirements, updates)` for ONE catalog commit — the
-/// append's own, plus "the current schema is still `change.base_schema_id`", with
-/// `AddSchema` + `SetCurrentSchema` before the append.
-///
-/// # Errors
 /// `CatalogCommitConflicts` (not retryable) when `table`'s current schema is no longer
-/// the one the change was planned on; iceberg's error from the fast append.
-pub async fn stage_evolving_append(
+/// the one the change was planned on; iceberg's error when the schema cannot be added.
+pub fn evolved_handle(
+    catalog: &RedbCatalog,
     table: &Table,
     change: &SchemaChange,
-    data_files: Vec<DataFile>,
-    properties: HashMap<String, String>,
-) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+) -> iceberg::Result<Table> {
     let current = table.metadata().current_schema_id();
     if current != change.base_schema_id {
         return Err(iceberg::Error::new(
@@ -223,7 +199,29 @@ pub async fn stage_evolving_append(
             ),
         ));
     }
-    let evolved = evolved_handle(table, change)?;
+    let metadata = TableMetadataBuilder::new_from_metadata(
+        table.metadata().clone(),
+        table.metadata_location().map(str::to_string),
+    )
+    .add_current_schema(change.schema.as_ref().clone())?
+    .build()?
+    .metadata;
+    catalog.handle_with_metadata(table, metadata)
+}
+
+/// Stages `data_files` as one fast append on `evolved` (from [`evolved_handle`]) that
+/// also makes `change` the table's current schema: `(requirements, updates)` for ONE
+/// catalog commit — the append's own, plus "the current schema is still
+/// `change.base_schema_id`", with `AddSchema` + `SetCurrentSchema` before the append.
+///
+/// # Errors
+/// iceberg's error from the fast append (e.g. a manifest write failure).
+pub async fn stage_evolving_append(
+    evolved: Table,
+    change: &SchemaChange,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
     let (mut requirements, appended) =
         stage_fast_append_with(&evolved, data_files, properties).await?;
     requirements.push(TableRequirement::CurrentSchemaIdMatch {
@@ -264,9 +262,11 @@ pub async fn commit_evolving(
         .load_table(&ident)
         .await
         .map_err(|e| WriteError::catalog(&ident, e))?;
+    let evolved =
+        evolved_handle(catalog, &current, change).map_err(|e| WriteError::catalog(&ident, e))?;
     let change_owned = change.clone();
     let (requirements, updates) = run_blocking_io(async move {
-        stage_evolving_append(&current, &change_owned, data_files, properties).await
+        stage_evolving_append(evolved, &change_owned, data_files, properties).await
     })
     .await
     .map_err(|e| WriteError::catalog(&ident, e))?;
@@ -277,7 +277,10 @@ pub async fn commit_evolving(
     tables.pop().ok_or_else(|| {
         WriteError::catalog(
             &ident,
-            iceberg::Error::new(iceberg::ErrorKind::Unexpected, "the release returned no table"),
+            iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "the release returned no table",
+            ),
         )
     })
 }

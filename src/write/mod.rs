@@ -50,8 +50,8 @@ pub mod types;
 pub use batcher::{BatchLimits, Batcher, FileSink, FullFile, batch_bytes};
 pub use budget::{MemoryBudget, Reservation};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
-pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
+pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
     write_file, write_files,

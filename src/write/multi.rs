@@ -18,7 +18,7 @@ use iceberg::{Catalog, ErrorKind};
 use super::WriteError;
 use super::conform::ConformOptions;
 use super::encode::WriteProps;
-use super::evolve::{SchemaChange, stage_evolving_append};
+use super::evolve::{SchemaChange, evolved_handle, stage_evolving_append};
 use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
 use super::schema::{conform_batch_with, table_arrow_schema};
 use super::stage::stage_fast_append_with;
@@ -193,11 +193,18 @@ pub async fn commit_staged_with(
             } else {
                 let (table, files) = (base.clone(), part.data_files.clone());
                 let properties = properties.clone();
-                let change = part.schema_change.clone();
+                let change = match &part.schema_change {
+                    Some(change) => Some((
+                        evolved_handle(catalog, &table, change)
+                            .map_err(|e| WriteError::catalog(base.identifier(), e))?,
+                        change.clone(),
+                    )),
+                    None => None,
+                };
                 run_blocking_io(async move {
                     match change {
-                        Some(change) => {
-                            stage_evolving_append(&table, &change, files, properties).await
+                        Some((evolved, change)) => {
+                            stage_evolving_append(evolved, &change, files, properties).await
                         }
                         None => stage_fast_append_with(&table, files, properties).await,
                     }

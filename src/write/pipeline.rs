@@ -27,12 +27,12 @@ use tokio::sync::mpsc;
 use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
+use super::evolve::{SchemaChange, commit_evolving};
 use super::ingest::{
     FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
 };
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
-use super::evolve::{SchemaChange, commit_evolving};
 use crate::catalog::{RedbCatalog, marks};
 
 /// One step of a pipelined ingest's input, in order.

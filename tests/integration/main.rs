@@ -24,6 +24,7 @@ mod operability;
 mod parallel_encode;
 mod partitioning;
 mod rest;
+mod schema_evolution;
 mod security;
 mod service;
 mod streaming_put;
