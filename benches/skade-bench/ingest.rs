@@ -202,7 +202,9 @@ fn spread_over_days(batches: &[RecordBatch], days: i64) -> Vec<RecordBatch> {
         .map(|b| {
             let n = b.num_rows() as i64;
             let ts = TimestampMicrosecondArray::from(
-                (first..first + n).map(|i| start + i * step).collect::<Vec<_>>(),
+                (first..first + n)
+                    .map(|i| start + i * step)
+                    .collect::<Vec<_>>(),
             )
             .with_timezone("UTC");
             first += n;
@@ -280,7 +282,12 @@ pub(crate) async fn ingest_partitioned(runs: usize) {
                 files = table
                     .metadata()
                     .current_snapshot()
-                    .and_then(|s| s.summary().additional_properties.get("total-data-files").cloned())
+                    .and_then(|s| {
+                        s.summary()
+                            .additional_properties
+                            .get("total-data-files")
+                            .cloned()
+                    })
                     .and_then(|v| v.parse::<usize>().ok())
                     .unwrap_or(0);
             } else {

@@ -239,6 +239,7 @@ pub async fn commit_files_with(
         .load_table(table.identifier())
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))?;
+    same_spec(table, &current)?;
     let base = if current.metadata_location() == table.metadata_location() {
         table
     } else {
@@ -255,6 +256,33 @@ pub async fn commit_files_with(
     tx.commit(catalog)
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))
+}
+
+/// Checks that `current` (the table as it stands) still has the default partition spec
+/// of `written` (the handle the data files were written for): a data file carries the
+/// spec it was split by, and a fast append takes files of the default spec only.
+///
+/// # Errors
+/// [`WriteError::Catalog`] with `CatalogCommitConflicts` (not retryable: `Aborted`)
+/// naming both spec ids when the spec changed (partition evolution) since.
+pub fn same_spec(written: &Table, current: &Table) -> Result<(), WriteError> {
+    let (was, now) = (
+        written.metadata().default_partition_spec_id(),
+        current.metadata().default_partition_spec_id(),
+    );
+    if was == now {
+        return Ok(());
+    }
+    Err(WriteError::catalog(
+        written.identifier(),
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!(
+                "the table's partition spec changed (id {was} → {now}) after these rows were \
+                 split by the old one; nothing of them is committed: retry the write"
+            ),
+        ),
+    ))
 }
 
 /// Encodes every group on all cores, writes the files, and commits them all as ONE

@@ -622,3 +622,127 @@ async fn a_transaction_writes_a_month_partitioned_table_among_five_in_one_commit
     }
     server.stop().await;
 }
+
+/// A keyed (exactly-once) stream into a partitioned table whose files fill after every
+/// batch, committed a file at a time: every snapshot holds exactly the rows of the
+/// batches its summary's sequence range names — no batch is ever half committed.
+/// Catches: a commit that ends between two partition files of one batch (the mark would
+/// then cover rows not yet committed, or leave committed rows to be replayed twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_stream_never_commits_part_of_a_batch() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.target_file_size = 1;
+        c.ingest.files_per_commit = 1.try_into().unwrap();
+    })
+    .await;
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "ts_day", Transform::Day)
+        .unwrap()
+        .build();
+    create(&server, "part", "keyed", spec).await;
+    // Batch i has 10 + i rows over 3 days (plus null ts), so a range's rows tell its batches.
+    let batches: Vec<RecordBatch> = (0..8)
+        .map(|i| events(1000 * i, 10 + i as usize, 3))
+        .collect();
+    let mut client = server.client().await;
+    client
+        .add_header("x-skade-writer-id", "keyed-writer")
+        .expect("header");
+    let mut data: Vec<arrow_flight::FlightData> =
+        arrow_flight::encode::FlightDataEncoderBuilder::new()
+            .with_schema(events_arrow_schema())
+            .build(futures::stream::iter(batches.clone().into_iter().map(Ok)))
+            .try_collect()
+            .await
+            .unwrap();
+    data[0].flight_descriptor = Some(arrow_flight::FlightDescriptor::new_path(vec![
+        "part".into(),
+        "keyed".into(),
+    ]));
+    for (i, message) in data.iter_mut().skip(1).enumerate() {
+        message.app_metadata = (i + 1).to_string().into_bytes().into();
+    }
+    let acks: Vec<_> = within(
+        60,
+        client
+            .do_put(futures::stream::iter(data.into_iter().map(Ok)))
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    assert!(!acks.is_empty());
+    let table = load(&server, "part", "keyed").await;
+    let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    assert!(snapshots.len() > 1, "several commits: {}", snapshots.len());
+    let mut next = 1u64;
+    for snapshot in snapshots {
+        let props = &snapshot.summary().additional_properties;
+        let first: u64 = props["skade.writer-first-sequence"].parse().unwrap();
+        let last: u64 = props["skade.writer-last-sequence"].parse().unwrap();
+        assert_eq!(first, next, "ranges follow each other");
+        let want: u64 = (first..=last).map(|s| 10 + s - 1).sum();
+        let added: u64 = props["added-records"].parse().unwrap();
+        assert_eq!(added, want, "snapshot with sequences {first}..={last}");
+        next = last + 1;
+    }
+    assert_eq!(next, 9, "every batch committed");
+    server.stop().await;
+}
+
+/// A spec change between an ingest and its transaction's COMMIT: the commit is `Aborted`
+/// naming the change and commits nothing (files split by the old spec are not committed
+/// under the new one).
+/// Catches: an `InvalidArgument` blaming the client's data, or a partial commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_change_under_an_open_transaction_aborts_its_commit() {
+    let server = TestServer::start().await;
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "ts_day", Transform::Day)
+        .unwrap()
+        .build();
+    create(&server, "part", "moving", spec).await;
+    let mut client = sql_client(&server).await;
+    let txn = client.begin_transaction().await.unwrap();
+    within(
+        60,
+        client.execute_ingest(
+            common::ingest_cmd("part", "moving", Some(&txn)),
+            futures::stream::iter(vec![Ok(events(0, 100, 2))]),
+        ),
+    )
+    .await
+    .expect("ingest");
+    let hourly = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "ts_hour", Transform::Hour)
+        .unwrap()
+        .build();
+    server
+        .running
+        .service
+        .catalog
+        .atomic_release_raw(vec![(
+            ident("part", "moving"),
+            Vec::new(),
+            vec![
+                TableUpdate::AddSpec { spec: hourly },
+                TableUpdate::SetDefaultSpec { spec_id: -1 },
+            ],
+        )])
+        .await
+        .expect("evolve spec");
+    let err = within(60, client.end_transaction(txn, EndTransaction::Commit))
+        .await
+        .expect_err("aborted");
+    let (code, message) = common::status_of(err);
+    assert_eq!(code, tonic::Code::Aborted, "{message}");
+    assert!(message.contains("partition spec changed"), "{message}");
+    let table = load(&server, "part", "moving").await;
+    assert!(
+        table.metadata().current_snapshot().is_none(),
+        "nothing committed"
+    );
+    server.stop().await;
+}
