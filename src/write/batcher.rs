@@ -85,7 +85,15 @@ struct OpenFile {
     reservation: Reservation,
     /// Opening order, so files of one cut are handed on in a stable order.
     opened: u64,
+    /// The stream's batch count when this file last took rows.
+    last_batch: u64,
 }
+
+/// An unsequenced stream hands on a partition's open file once this many batches in a
+/// row brought it no rows: a time-ordered stream has moved past that partition, so its
+/// file is encoded, written and committed while the stream goes on instead of at the
+/// end.
+pub const IDLE_BATCHES: u64 = 8;
 
 /// Cuts one stream's batches into data files of one table (see the module docs): one
 /// open file per partition of the table's default spec (one in all for an unpartitioned
@@ -105,6 +113,8 @@ pub struct Batcher {
     /// encoding.
     files: HashMap<PartitionTuple, OpenFile>,
     opened: u64,
+    /// Batches with rows taken so far.
+    batches: u64,
     deadline: Option<Instant>,
     /// Producer sequences taken since the last group was handed on.
     sequences: Option<(u64, u64)>,
@@ -150,6 +160,7 @@ impl Batcher {
             limits,
             files: HashMap::new(),
             opened: 0,
+            batches: 0,
             deadline: None,
             sequences: None,
         })
@@ -181,7 +192,9 @@ impl Batcher {
     /// in. The batch's bytes are reserved whole before it is split, and every hand-on
     /// happens between batches, so a commit never holds part of a batch: when the budget
     /// is spent every open file is handed on (one group), and a file that reaches the
-    /// target size is handed on alone — or, for a sequenced stream, with all the others.
+    /// target size is handed on alone — or, for a sequenced stream, with all the others —
+    /// and so is an unsequenced stream's file that [`IDLE_BATCHES`] batches in a row
+    /// brought no rows.
     ///
     /// # Errors
     /// As [`Self::push`].
@@ -209,6 +222,7 @@ impl Batcher {
                 self.limits.budget.reserve(bytes as usize).await
             }
         };
+        self.batches += 1;
         let mut full = Vec::new();
         for (partition, part) in parts {
             let part_bytes = batch_bytes(&part);
@@ -227,12 +241,14 @@ impl Batcher {
                         bytes: 0,
                         reservation: Reservation::empty(),
                         opened: self.opened,
+                        last_batch: 0,
                     })
                 }
             };
             file.reservation
                 .merge(reservation.split_off(part_bytes as usize));
             file.bytes += part_bytes;
+            file.last_batch = self.batches;
             file.encoder.push(&part);
             if file.bytes >= self.limits.target_file_size_bytes {
                 full.push(file.opened);
@@ -241,6 +257,15 @@ impl Batcher {
         self.take_sequence(sequence);
         if let (None, Some(interval)) = (self.deadline, self.limits.commit_interval) {
             self.deadline = Some(Instant::now() + interval);
+        }
+        if self.sequences.is_none() && self.partitioner.is_some() {
+            let batches = self.batches;
+            full.extend(
+                self.files
+                    .values()
+                    .filter(|f| batches - f.last_batch >= IDLE_BATCHES)
+                    .map(|f| f.opened),
+            );
         }
         if !full.is_empty() {
             if self.sequences.is_some() || self.files.len() == 1 {

@@ -907,3 +907,60 @@ async fn adbc_and_pyiceberg_see_a_month_partitioned_nycflights_table() {
     );
     server.stop().await;
 }
+
+/// A time-ordered stream over 4 days (10 batches a day) into a `day(ts)` table, one file
+/// per commit: each day's file is handed on once the stream has moved 8 batches past it,
+/// so days 0–2 commit while the stream goes on, one file and one commit each, and day 3
+/// at the end.
+/// Catches: every partition's file held open (and its rows in memory) to the end of the
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_ordered_stream_commits_each_past_day_as_it_goes() {
+    let server =
+        TestServer::start_with(|c| c.ingest.files_per_commit = 1.try_into().unwrap()).await;
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "ts_day", Transform::Day)
+        .unwrap()
+        .build();
+    create(&server, "part", "ordered", spec).await;
+    let batches: Vec<RecordBatch> = (0..40i64)
+        .map(|b| {
+            let ids: Vec<i64> = (b * 100..(b + 1) * 100).collect();
+            let day = b / 10;
+            RecordBatch::try_new(
+                events_arrow_schema(),
+                vec![
+                    Arc::new(Int64Array::from(ids.clone())),
+                    Arc::new(
+                        TimestampMicrosecondArray::from(
+                            ids.iter()
+                                .map(|i| DAY0_MICROS + day * DAY_MICROS + (i % 1000) * 1_000_000)
+                                .collect::<Vec<_>>(),
+                        )
+                        .with_timezone("UTC"),
+                    ),
+                    Arc::new(StringArray::from(vec![Some("e"); 100])),
+                    Arc::new(Float64Array::from(vec![0.5; 100])),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut client = server.client().await;
+    let acks = within(60, put(&mut client, &["part", "ordered"], batches.clone()))
+        .await
+        .expect("put");
+    let last = acks.last().expect("final ack");
+    assert_eq!(last.committed_rows, 4000);
+    assert_eq!(last.commits, 4, "one commit per day");
+    assert_eq!(last.committed_data_files, 4, "one file per day");
+    let table = load(&server, "part", "ordered").await;
+    let fields = HashMap::from([(0, vec![("ts", Transform::Day)])]);
+    let seen = check_files(&table, &fields).await;
+    assert_eq!(
+        seen[&0].values().copied().collect::<Vec<_>>(),
+        vec![1000; 4]
+    );
+    assert_eq!(sorted(&common::scan(&table, None).await), sorted(&batches));
+    server.stop().await;
+}
