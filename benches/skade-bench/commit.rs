@@ -171,6 +171,7 @@ async fn release_latency() {
         let mut staged = Vec::new();
         for table in &tables {
             staged.push(write::StagedTable {
+                schema_change: None,
                 table: table.clone(),
                 create: false,
                 data_files: tiny_files(table, round).await,

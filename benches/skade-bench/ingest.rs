@@ -201,6 +201,128 @@ async fn ingest_workload(name: &str, batches: Vec<RecordBatch>, runs: usize) {
     );
 }
 
+/// The synthetic batches with `ts` moved to spread evenly, in order, over `days` days
+/// (an event stream: each batch covers about one or two days).
+fn spread_over_days(batches: &[RecordBatch], days: i64) -> Vec<RecordBatch> {
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let step = (days * 86_400_000_000 / rows.max(1) as i64).max(1);
+    let start = 1_700_006_400_000_000; // 2023-11-15T00:00:00Z
+    let mut first = 0i64;
+    batches
+        .iter()
+        .map(|b| {
+            let n = b.num_rows() as i64;
+            let ts = TimestampMicrosecondArray::from(
+                (first..first + n)
+                    .map(|i| start + i * step)
+                    .collect::<Vec<_>>(),
+            )
+            .with_timezone("UTC");
+            first += n;
+            let mut columns = b.columns().to_vec();
+            columns[1] = Arc::new(ts);
+            RecordBatch::try_new(b.schema(), columns).expect("batch")
+        })
+        .collect()
+}
+
+/// The partitioned lane: the same synthetic stream (`ts` over 30 days) put into a table
+/// partitioned by `day(ts)` and into an unpartitioned one, on one server, alternating
+/// which goes first; target: partitioned/unpartitioned rows/s ≥ 0.8.
+pub(crate) async fn ingest_partitioned(runs: usize) {
+    let rows = env_usize("SKADE_INGEST_ROWS", 10_000_000);
+    let batches: Vec<RecordBatch> = (0..rows.div_ceil(65_536))
+        .map(|i| batch((i * 65_536) as i64, 65_536.min(rows - i * 65_536)))
+        .collect();
+    use iceberg::Catalog;
+    use iceberg::spec::{Transform, UnboundPartitionSpec};
+    let batches = spread_over_days(&batches, 30);
+    let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let schema = write::iceberg_schema_for("bench", &batches[0].schema()).expect("schema");
+    let ts_id = schema.field_by_name("ts").expect("ts").id;
+    let (mut flat, mut parted) = (Vec::new(), Vec::new());
+    let mut files = 0;
+    for run in 0..runs {
+        let mut server = Server::start().await;
+        let catalog = server.running.service.catalog.clone();
+        let ns = NamespaceIdent::new("bench".into());
+        catalog
+            .create_namespace(&ns, Default::default())
+            .await
+            .expect("namespace");
+        for (name, spec) in [
+            ("flat", UnboundPartitionSpec::builder().build()),
+            (
+                "by_day",
+                UnboundPartitionSpec::builder()
+                    .add_partition_field(ts_id, "ts_day", Transform::Day)
+                    .expect("spec")
+                    .build(),
+            ),
+        ] {
+            let creation = iceberg::TableCreation::builder()
+                .name(format!("{name}_{run}"))
+                .schema(schema.clone())
+                .partition_spec(spec)
+                .build();
+            catalog.create_table(&ns, creation).await.expect("table");
+        }
+        let order: [(&str, bool); 2] = if run % 2 == 0 {
+            [("flat", false), ("by_day", true)]
+        } else {
+            [("by_day", true), ("flat", false)]
+        };
+        for (name, partitioned) in order {
+            settle().await;
+            let started = Instant::now();
+            let acks = put(
+                &mut server.client,
+                &format!("{name}_{run}"),
+                batches[0].schema(),
+                batches.clone(),
+            )
+            .await;
+            let rate = rows as f64 / started.elapsed().as_secs_f64();
+            assert!(!acks.is_empty());
+            if partitioned {
+                parted.push(rate);
+                let table = catalog
+                    .load_table(&TableIdent::new(ns.clone(), format!("{name}_{run}")))
+                    .await
+                    .expect("load");
+                files = table
+                    .metadata()
+                    .current_snapshot()
+                    .and_then(|s| {
+                        s.summary()
+                            .additional_properties
+                            .get("total-data-files")
+                            .cloned()
+                    })
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+            } else {
+                flat.push(rate);
+            }
+        }
+        server.stop().await;
+    }
+    let (f, f_min, f_max) = summary(&flat);
+    let (p, p_min, p_max) = summary(&parted);
+    println!("ingest partitioned: {rows} rows, ts over 30 days, {runs} runs, medians (min–max)");
+    println!("| lane | rows/s | min–max rows/s | data files |");
+    println!("| --- | --- | --- | --- |");
+    println!("| unpartitioned | {f:.0} | {f_min:.0}–{f_max:.0} | |");
+    println!("| day(ts) | {p:.0} | {p_min:.0}–{p_max:.0} | {files} |");
+    println!(
+        "ingest partitioned: partitioned/unpartitioned = {:.2} (day(ts) {:.2} M rows/s vs {:.2} M rows/s); target ≥ 0.8: {}",
+        p / f,
+        p / 1e6,
+        f / 1e6,
+        if p / f >= 0.8 { "met" } else { "not met" }
+    );
+}
+
 pub(crate) async fn ingest(runs: usize) {
     let rows = env_usize("SKADE_INGEST_ROWS", 10_000_000);
     let synthetic: Vec<RecordBatch> = (0..rows.div_ceil(65_536))

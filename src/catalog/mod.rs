@@ -431,6 +431,21 @@ impl RedbCatalog {
         .await
     }
 
+    /// A handle of `table` (same identifier and metadata location) over `metadata`, with
+    /// nothing written: the base a change is staged on before it is committed (e.g. a
+    /// schema evolved on ingest, whose fast append must be written with it,
+    /// `write::evolve`).
+    ///
+    /// # Errors
+    /// iceberg's error building the handle.
+    pub fn handle_with_metadata(&self, table: &Table, metadata: TableMetadata) -> Result<Table> {
+        self.table_handle(
+            table.identifier().clone(),
+            table.metadata_location().unwrap_or_default().to_string(),
+            metadata,
+        )
+    }
+
     /// Every table `writer` has committed to, with its high-water mark there ([`marks`]),
     /// in table-name order. Empty for a writer never seen (or forgotten).
     ///

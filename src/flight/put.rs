@@ -72,6 +72,7 @@ pub(crate) async fn run(
         }
     };
     let table = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
+    let change = write::evolve::plan(&table, table.metadata().current_schema(), &schema)?;
     let sequencer = match writer {
         Some(writer) => {
             super::exactly_once::admit_writer(svc, &writer).await?;
@@ -95,7 +96,10 @@ pub(crate) async fn run(
     let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
     let intake = Intake {
         name: ident.to_string(),
-        batcher: Batcher::new(&table, limits)?,
+        batcher: match &change {
+            Some(change) => Batcher::with_schema(&table, change.schema.clone(), limits)?,
+            None => Batcher::new(&table, limits)?,
+        },
         sequencer,
         segments,
     };
@@ -134,13 +138,14 @@ pub(crate) async fn run(
         let _ = acks.send(Ok(ack));
     };
     let pipeline = async {
-        write::ingest_pipelined_overlap_stream(
+        write::ingest_pipelined_overlap_stream_evolving(
             svc.catalog.as_ref(),
             &table,
             ReceiverStream::new(segment_rx),
             svc.config.files_per_commit.get(),
             &props,
             writer_id.as_deref(),
+            change,
             &mut on_commit,
         )
         .await

@@ -488,7 +488,10 @@ async fn stream_into(
         commit_interval: None,
     };
     let staged = staged_mut(state, ident)?;
-    let mut batcher = Batcher::new(&staged.table, limits)?;
+    let mut batcher = match &staged.schema_change {
+        Some(change) => Batcher::with_schema(&staged.table, change.schema.clone(), limits)?,
+        None => Batcher::new(&staged.table, limits)?,
+    };
     let mut sink = StageFiles {
         table: &staged.table,
         names: &mut staged.names,
@@ -539,9 +542,20 @@ async fn resolve(
             ),
         )
     };
-    if state.table_mut(ident).is_some() {
+    if let Some(staged) = state.table_mut(ident) {
         if definition.fail_if_exists {
             return Err(exists(" (written earlier in this transaction)"));
+        }
+        // A later ingest may evolve the schema further, from where the earlier left it.
+        let current = match &staged.schema_change {
+            Some(change) => change.schema.clone(),
+            None => staged.table.metadata().current_schema().clone(),
+        };
+        if let Some(change) = write::evolve::plan(&staged.table, &current, schema)? {
+            staged.schema_change = Some(write::SchemaChange {
+                base_schema_id: staged.table.metadata().current_schema_id(),
+                schema: change.schema,
+            });
         }
         return Ok(());
     }
@@ -575,11 +589,17 @@ async fn resolve(
         }
         Err(e) => return Err(Error::catalog(ident, e)),
     };
+    let schema_change = if create {
+        None
+    } else {
+        write::evolve::plan(&table, table.metadata().current_schema(), schema)?
+    };
     state.tables.push(Staged {
         table,
         create,
         names: FileNames::new(),
         files: Vec::new(),
+        schema_change,
     });
     Ok(())
 }

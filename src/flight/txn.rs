@@ -96,6 +96,9 @@ pub(crate) struct Staged {
     pub(crate) names: FileNames,
     /// Files written and not yet visible.
     pub(crate) files: Vec<DataFile>,
+    /// The schema this transaction's ingests evolved the table to (committed with the
+    /// files), when the table opted in.
+    pub(crate) schema_change: Option<write::SchemaChange>,
 }
 
 /// The staged contents of a transaction (or of one autocommit ingest).
@@ -193,6 +196,7 @@ impl TxnState {
                 table: s.table.clone(),
                 create: s.create,
                 data_files: s.files.clone(),
+                schema_change: s.schema_change.clone(),
             })
             .collect();
         let started = Instant::now();

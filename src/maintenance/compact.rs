@@ -67,7 +67,8 @@ fn tier(bytes: u64) -> u32 {
 
 /// Chooses the inputs of the next compaction of `table` (whose current manifests are
 /// `manifests`) and writes their rows as one new file; `None` when no run qualifies or
-/// the table is not a format v2 unpartitioned table.
+/// the table is not a format v2 unpartitioned table. Only files of the current
+/// (unpartitioned) spec are inputs.
 ///
 /// # Errors
 /// iceberg's error for a manifest that cannot be read; a data file that cannot be read,
@@ -78,8 +79,11 @@ pub(crate) async fn rewrite(
     target_file_bytes: u64,
 ) -> Result<Option<Rewrite>> {
     let metadata = table.metadata();
+    // A partitioned table is not compacted (a rewritten file must never mix partitions);
+    // neither are files an earlier spec wrote (their manifests carry that spec).
+    let spec_id = metadata.default_partition_spec_id();
     if metadata.format_version() != FormatVersion::V2
-        || !metadata.default_partition_spec().is_unpartitioned()
+        || !metadata.default_partition_spec().fields().is_empty()
     {
         return Ok(None);
     }
@@ -89,7 +93,7 @@ pub(crate) async fn rewrite(
     let (run_budget, job_budget) = (target_file_bytes / 2, target_file_bytes);
     let mut live: Vec<DataFile> = Vec::new();
     for manifest in manifests {
-        if manifest.content != ManifestContentType::Data {
+        if manifest.content != ManifestContentType::Data || manifest.partition_spec_id != spec_id {
             continue;
         }
         for entry in manifest.load_manifest(table.file_io()).await?.entries() {

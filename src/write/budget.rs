@@ -47,6 +47,24 @@ impl Reservation {
             (Some(_), None) => {}
         }
     }
+
+    /// Moves up to `bytes` of this reservation into a new one (a batch's bytes shared out
+    /// among the partition files its rows go to); what is left stays here.
+    pub fn split_off(&mut self, bytes: usize) -> Reservation {
+        let bytes = bytes.min(self.bytes);
+        if bytes == 0 {
+            return Reservation::empty();
+        }
+        if bytes == self.bytes {
+            return std::mem::replace(self, Reservation::empty());
+        }
+        let permit = self._permit.as_mut().and_then(|p| p.split(bytes));
+        self.bytes -= bytes;
+        Reservation {
+            _permit: permit,
+            bytes,
+        }
+    }
 }
 
 impl MemoryBudget {

@@ -19,6 +19,7 @@ use parquet::file::properties::WriterProperties;
 use rayon::prelude::*;
 
 use super::WriteError;
+use super::partition::{PartitionTuple, unpartitioned};
 
 /// Iceberg table property naming the Parquet codec (Iceberg spec, "Table properties").
 pub const COMPRESSION_CODEC: &str = "write.parquet.compression-codec";
@@ -47,6 +48,8 @@ pub struct EncodedFile {
     pub data_file: DataFileBuilder,
     /// Rows in the file.
     pub rows: u64,
+    /// The partition of every row in the file (spec id and tuple).
+    pub partition: PartitionTuple,
 }
 
 impl std::fmt::Debug for EncodedFile {
@@ -65,6 +68,18 @@ impl std::fmt::Debug for EncodedFile {
 /// # Errors
 /// [`WriteError::Encode`] naming the property for an unknown codec or a bad level.
 pub fn writer_properties(table: &Table) -> Result<WriterProperties, WriteError> {
+    writer_properties_for(table, table.metadata().current_schema())
+}
+
+/// [`writer_properties`] for files of `schema` (a schema evolved for a stream, not yet
+/// the table's current one).
+///
+/// # Errors
+/// As [`writer_properties`].
+pub fn writer_properties_for(
+    table: &Table,
+    schema: &iceberg::spec::Schema,
+) -> Result<WriterProperties, WriteError> {
     let props = table.metadata().properties();
     let bad = |what: String| WriteError::Encode {
         table: table.identifier().to_string(),
@@ -107,7 +122,7 @@ pub fn writer_properties(table: &Table) -> Result<WriterProperties, WriteError> 
         .map(|v| !v.eq_ignore_ascii_case("false"))
         .unwrap_or(true);
     let builder = if tuned {
-        tune(builder, table.metadata().current_schema())
+        tune(builder, schema)
     } else {
         builder
     };
@@ -165,7 +180,9 @@ fn tune(
 }
 
 /// Encodes each group of `groups` (batches already conformed to `table`'s Arrow schema,
-/// see [`super::conform_batch`]) into one Parquet file, on all cores. Blocking: call it
+/// see [`super::conform_batch`]) into one Parquet file, on all cores, each file in the
+/// unpartitioned tuple of the table's default spec (a partitioned table's rows go
+/// through a [`super::Batcher`] instead; its commit refuses such files). Blocking: call it
 /// from `spawn_blocking`. Returns one [`EncodedFile`] per non-empty group, in input order;
 /// groups with no rows produce no file.
 ///
@@ -202,5 +219,6 @@ fn encode_one(
         bytes,
         data_file,
         rows: rows as u64,
+        partition: unpartitioned(table.metadata().default_partition_spec_id()),
     }))
 }

@@ -125,7 +125,7 @@ pub async fn write_files(
 }
 
 /// Writes one encoded file to `path` through the table's `FileIO` and returns its
-/// `DataFile` (path and partition spec set).
+/// `DataFile` (path, partition spec id and partition tuple set).
 ///
 /// # Errors
 /// [`WriteError::Storage`] naming the file.
@@ -137,7 +137,6 @@ pub async fn write_file(
     path: String,
     file: EncodedFile,
 ) -> Result<DataFile, WriteError> {
-    let spec_id = table.metadata().default_partition_spec_id();
     let storage = |source: iceberg::Error| WriteError::Storage {
         table: table.identifier().to_string(),
         path: path.clone(),
@@ -145,6 +144,7 @@ pub async fn write_file(
     };
     let output = table.file_io().new_output(&path).map_err(storage)?;
     let bytes = file.bytes;
+    let partition = file.partition;
     // Local storage writes with blocking std::fs calls: keep them off the runtime.
     tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
         .await
@@ -156,7 +156,10 @@ pub async fn write_file(
         })?
         .map_err(storage)?;
     let mut builder = file.data_file;
-    builder.file_path(path.clone()).partition_spec_id(spec_id);
+    builder
+        .file_path(path.clone())
+        .partition(partition.values)
+        .partition_spec_id(partition.spec_id);
     builder.build().map_err(|e| {
         storage(iceberg::Error::new(
             iceberg::ErrorKind::Unexpected,
@@ -236,6 +239,7 @@ pub async fn commit_files_with(
         .load_table(table.identifier())
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))?;
+    same_spec(table, &current)?;
     let base = if current.metadata_location() == table.metadata_location() {
         table
     } else {
@@ -252,6 +256,33 @@ pub async fn commit_files_with(
     tx.commit(catalog)
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))
+}
+
+/// Checks that `current` (the table as it stands) still has the default partition spec
+/// of `written` (the handle the data files were written for): a data file carries the
+/// spec it was split by, and a fast append takes files of the default spec only.
+///
+/// # Errors
+/// [`WriteError::Catalog`] with `CatalogCommitConflicts` (not retryable: `Aborted`)
+/// naming both spec ids when the spec changed (partition evolution) since.
+pub fn same_spec(written: &Table, current: &Table) -> Result<(), WriteError> {
+    let (was, now) = (
+        written.metadata().default_partition_spec_id(),
+        current.metadata().default_partition_spec_id(),
+    );
+    if was == now {
+        return Ok(());
+    }
+    Err(WriteError::catalog(
+        written.identifier(),
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!(
+                "the table's partition spec changed (id {was} → {now}) after these rows were \
+                 split by the old one; nothing of them is committed: retry the write"
+            ),
+        ),
+    ))
 }
 
 /// Encodes every group on all cores, writes the files, and commits them all as ONE

@@ -21,11 +21,14 @@
 //!
 //! Modules:
 //! - [`batcher`]: conform → reserve budget → encode as rows arrive → hand on full files.
+//! - [`partition`]: splitting a batch by the table's partition spec (iceberg's transforms).
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
+//! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
+//!   stream's first data.
 //! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
 //! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
 //!   commit, the per-table commit turn) and the single-commit lanes.
@@ -37,10 +40,12 @@ pub mod batcher;
 pub mod budget;
 pub mod conform;
 pub mod encode;
+pub mod evolve;
 pub mod file_stats;
 pub mod ingest;
 pub mod multi;
 pub mod parallel;
+pub mod partition;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
@@ -53,6 +58,7 @@ pub use batcher::{
 pub use budget::{MemoryBudget, Reservation};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
+pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
     write_file, write_files,
@@ -61,9 +67,11 @@ pub use multi::{
     COMMIT_RETRIES, StagedTable, commit_staged, commit_staged_with, encode_and_write_files,
     ingest_multi,
 };
+pub use partition::{PartitionTuple, Partitioner};
 pub use pipeline::{
     CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
     ingest_pipelined_overlap, ingest_pipelined_overlap_stream,
+    ingest_pipelined_overlap_stream_evolving,
 };
 pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,

@@ -18,7 +18,8 @@ use iceberg::{Catalog, ErrorKind};
 use super::WriteError;
 use super::conform::ConformOptions;
 use super::encode::WriteProps;
-use super::ingest::{FileNames, IngestStats, encode, table_commit_lock, write_files};
+use super::evolve::{SchemaChange, evolved_handle, stage_evolving_append};
+use super::ingest::{FileNames, IngestStats, encode, same_spec, table_commit_lock, write_files};
 use super::schema::{conform_batch_with, table_arrow_schema};
 use super::stage::stage_fast_append_with;
 use crate::catalog::{RedbCatalog, Release, run_blocking_io};
@@ -84,6 +85,9 @@ pub struct StagedTable {
     pub create: bool,
     /// The files, in write order; they become ONE snapshot.
     pub data_files: Vec<DataFile>,
+    /// A schema the files were written with, made the table's current schema in the
+    /// same commit (schema evolution on ingest, [`super::evolve`]); `None` keeps it.
+    pub schema_change: Option<SchemaChange>,
 }
 
 /// The commit half of [`ingest_multi`], and what Lane 2's COMMIT runs: commits every
@@ -184,14 +188,30 @@ pub async fn commit_staged_with(
         // blocking pool (iceberg's local storage blocks and fsyncs inside its futures).
         let batch = try_join_all(bases.iter().zip(&live).map(|(base, &i)| async move {
             let part = &staged[i];
+            if !part.data_files.is_empty() && !part.create {
+                same_spec(&part.table, base)?;
+            }
             let (requirements, updates) = if part.data_files.is_empty() {
                 (Vec::new(), Vec::new())
             } else {
                 let (table, files) = (base.clone(), part.data_files.clone());
                 let properties = properties.clone();
-                run_blocking_io(
-                    async move { stage_fast_append_with(&table, files, properties).await },
-                )
+                let change = match &part.schema_change {
+                    Some(change) => Some((
+                        evolved_handle(catalog, &table, change)
+                            .map_err(|e| WriteError::catalog(base.identifier(), e))?,
+                        change.clone(),
+                    )),
+                    None => None,
+                };
+                run_blocking_io(async move {
+                    match change {
+                        Some((evolved, change)) => {
+                            stage_evolving_append(evolved, &change, files, properties).await
+                        }
+                        None => stage_fast_append_with(&table, files, properties).await,
+                    }
+                })
                 .await
                 .map_err(|e| WriteError::catalog(base.identifier(), e))?
             };
@@ -274,6 +294,7 @@ pub async fn ingest_multi(
             table,
             create: false,
             data_files,
+            schema_change: None,
         });
     }
     commit_staged(catalog, staged, COMMIT_RETRIES).await

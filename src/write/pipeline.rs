@@ -27,11 +27,13 @@ use tokio::sync::mpsc;
 use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
+use super::evolve::{SchemaChange, commit_evolving};
 use super::ingest::{
     FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
 };
 use super::parallel::FileEncoder;
-use crate::catalog::marks;
+use super::partition::PartitionTuple;
+use crate::catalog::{RedbCatalog, marks};
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
@@ -74,9 +76,10 @@ impl FileSink for StageFiles<'_> {
         let FullFile {
             encoder,
             reservation,
+            partition,
             ..
         } = file;
-        if let Some(encoded) = finish(self.table, *encoder).await? {
+        if let Some(encoded) = finish(self.table, *encoder, partition).await? {
             let path = self.names.next_path(self.table);
             self.files
                 .push(write_file(self.table, path, encoded).await?);
@@ -203,6 +206,43 @@ pub async fn ingest_pipelined_overlap_stream(
         files_per_commit,
         props,
         writer_id,
+        None,
+        on_commit,
+    )
+    .await
+}
+
+/// [`ingest_pipelined_overlap_stream`] whose first commit also makes `change` the table's
+/// current schema (schema evolution on ingest, [`super::evolve`]): the schema change and
+/// the first files are ONE catalog commit; later commits are plain fast appends. With
+/// `change` `None` it is exactly [`ingest_pipelined_overlap_stream`].
+///
+/// # Errors
+/// As [`ingest_pipelined_overlap_stream`]; the first commit also fails (nothing
+/// committed) when the table's schema changed since `change` was planned.
+///
+/// # Cancel safety
+/// As [`ingest_pipelined_overlap_stream`].
+#[allow(clippy::too_many_arguments)]
+pub async fn ingest_pipelined_overlap_stream_evolving(
+    catalog: &RedbCatalog,
+    table: &Table,
+    segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
+    files_per_commit: usize,
+    props: &WriteProps,
+    writer_id: Option<&str>,
+    change: Option<SchemaChange>,
+    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
+) -> Result<(Table, IngestStats), WriteError> {
+    let evolve = change.map(|change| (catalog, change));
+    overlap(
+        catalog,
+        table,
+        segments,
+        files_per_commit,
+        props,
+        writer_id,
+        evolve,
         on_commit,
     )
     .await
@@ -218,11 +258,13 @@ fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 
 /// What the writer hands the committer, in submission order.
 enum Written {
-    /// A written file and the producer sequences it holds.
-    File(Box<DataFile>, Option<(u64, u64)>),
+    /// A written file, the producer sequences it holds, and whether a commit may end
+    /// after it ([`FullFile::commit_boundary`]).
+    File(Box<DataFile>, Option<(u64, u64)>, bool),
     Commit,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn overlap(
     catalog: &dyn Catalog,
     table: &Table,
@@ -230,6 +272,7 @@ async fn overlap(
     files_per_commit: usize,
     props: &WriteProps,
     writer_id: Option<&str>,
+    mut evolve: Option<(&RedbCatalog, SchemaChange)>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let depth = props.channel_depth.max(1);
@@ -270,10 +313,10 @@ async fn overlap(
             let item = rx.recv().await;
             let done = item.is_none();
             let commit_now = match item {
-                Some(Written::File(file, sequences)) => {
+                Some(Written::File(file, sequences, boundary)) => {
                     pending.push(*file);
                     pending_sequences = widen(pending_sequences, sequences);
-                    pending.len() >= files_per_commit
+                    boundary && pending.len() >= files_per_commit
                 }
                 Some(Written::Commit) | None => true,
             };
@@ -289,7 +332,12 @@ async fn overlap(
                     }
                     _ => HashMap::new(),
                 };
-                table = commit_files_with(catalog, &table, files, properties).await?;
+                table = match evolve.take() {
+                    Some((redb, change)) => {
+                        commit_evolving(redb, &table, &change, files, properties).await?
+                    }
+                    None => commit_files_with(catalog, &table, files, properties).await?,
+                };
                 stats.rows += committed.rows;
                 stats.files += committed.files;
                 stats.bytes += committed.bytes;
@@ -313,7 +361,11 @@ async fn overlap(
 }
 
 /// Waits for `encoder`'s row groups (on the blocking pool) and assembles its file.
-async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFile>, WriteError> {
+async fn finish(
+    table: &Table,
+    encoder: FileEncoder,
+    partition: PartitionTuple,
+) -> Result<Option<EncodedFile>, WriteError> {
     let rows = encoder.rows();
     let name = table.identifier().to_string();
     let finished = tokio::task::spawn_blocking(move || encoder.finish())
@@ -330,6 +382,7 @@ async fn finish(table: &Table, encoder: FileEncoder) -> Result<Option<EncodedFil
         bytes,
         data_file,
         rows,
+        partition,
     }))
 }
 
@@ -340,19 +393,27 @@ async fn prepare(
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
     // The reservation (a file's rows' bytes) is held until its file is written.
-    let (encoded, _reservation, sequences) = match item {
+    let (encoded, _reservation, sequences, boundary) = match item {
         Segment::Commit => return Ok(Some(Written::Commit)),
-        Segment::Encoded(file) => (Some(*file), None, None),
+        Segment::Encoded(file) => (Some(*file), None, None, true),
         Segment::File(FullFile {
             encoder,
             reservation,
             sequences,
-        }) => (finish(table, *encoder).await?, Some(reservation), sequences),
+            partition,
+            commit_boundary,
+        }) => (
+            finish(table, *encoder, partition).await?,
+            Some(reservation),
+            sequences,
+            commit_boundary,
+        ),
     };
     match (encoded, path) {
         (Some(file), Some(path)) => Ok(Some(Written::File(
             Box::new(write_file(table, path, file).await?),
             sequences,
+            boundary,
         ))),
         _ => Ok(None),
     }

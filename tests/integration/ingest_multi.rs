@@ -348,6 +348,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
         .await
         .unwrap();
         StagedTable {
+            schema_change: None,
             table,
             create: true,
             data_files,
