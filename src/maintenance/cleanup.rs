@@ -109,7 +109,8 @@ pub(crate) struct Sweeper {
     walker: ReferenceWalker,
     /// Unreferenced file → when a sweep first found it unreferenced.
     unreferenced: HashMap<PathBuf, Instant>,
-    /// Every file referenced at the last sweep.
+    /// Every file referenced at the last sweep, and since by a table version a pass
+    /// observed ([`Self::observe`]).
     referenced: HashSet<PathBuf>,
     /// When the last sweep listed the tables' directories.
     listed_at: Option<Instant>,
@@ -127,6 +128,17 @@ impl Sweeper {
     /// young).
     pub(crate) fn waiting(&self) -> usize {
         self.unreferenced.len()
+    }
+
+    /// Notes every file `table` references as it stands now (before a maintenance commit
+    /// changes it), so the next sweep that does not list directories still finds what
+    /// the table referenced only between two sweeps — a snapshot appended and expired
+    /// in the same pass.
+    ///
+    /// # Errors
+    /// iceberg's error for a manifest list or manifest that cannot be read.
+    pub(crate) async fn observe(&mut self, table: &Table) -> iceberg::Result<()> {
+        self.walker.references(table, &mut self.referenced).await
     }
 
     /// One sweep over `tables` (every table of the catalog: their references protect

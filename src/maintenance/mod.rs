@@ -257,6 +257,11 @@ impl Maintainer {
             .load_table(ident)
             .await
             .map_err(failed("load"))?;
+        state
+            .sweeper
+            .observe(&table)
+            .await
+            .map_err(failed("cleanup"))?;
         let table = self
             .expire(ident, table, report)
             .await
