@@ -277,8 +277,13 @@ pub fn client_ending(status: &Status) -> Option<String> {
     None
 }
 
-/// The gRPC code for an iceberg error, by its kind (never by its text).
+/// The gRPC code for an iceberg error, by its kind (never by its text); a failure of the
+/// object store (an S3 warehouse's upload, read or delete) is `Unavailable` whatever its
+/// kind: the storage, not the request, failed.
 fn iceberg_code(e: &iceberg::Error) -> Code {
+    if crate::catalog::object_store::is_object_store_error(e) {
+        return Code::Unavailable;
+    }
     match e.kind() {
         ErrorKind::DataInvalid => Code::InvalidArgument,
         ErrorKind::NamespaceNotFound | ErrorKind::TableNotFound => Code::NotFound,
