@@ -149,10 +149,12 @@ impl Warehouse {
             }
             Self::S3(s3) => {
                 let mut location = s3.root();
-                for part in namespace.into_iter().map(String::as_str).chain([name]) {
+                for part in namespace {
                     location.push('/');
                     location.push_str(part);
                 }
+                location.push('/');
+                location.push_str(name);
                 location
             }
         }
