@@ -125,7 +125,10 @@ impl StorageConfig {
     ///
     /// # Errors
     /// `DataInvalid` naming `--warehouse` for an `s3://` URI without a bucket.
-    pub fn warehouse(&self, data_dir: &std::path::Path) -> iceberg::Result<crate::catalog::Warehouse> {
+    pub fn warehouse(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> iceberg::Result<crate::catalog::Warehouse> {
         let options = crate::catalog::S3Options {
             endpoint: self.s3_endpoint.clone(),
             region: self.s3_region.clone(),

@@ -336,6 +336,23 @@ mod tests {
         );
     }
 
+    /// A commit whose upload the object store refused is `Unavailable` (the storage
+    /// failed), not `Internal` as other `Unexpected` iceberg errors.
+    /// RED before: the commit's catalog error mapped by kind alone answered Internal.
+    #[test]
+    fn object_store_failures_at_commit_are_unavailable() {
+        let refused = opendal::Error::new(opendal::ErrorKind::PermissionDenied, "AccessDenied");
+        let source = iceberg::Error::new(ErrorKind::Unexpected, "object store operation failed")
+            .with_source(refused);
+        let e = Error::Write(Box::new(WriteError::Catalog {
+            table: "ns.t".into(),
+            source: Box::new(source),
+        }));
+        assert_eq!(e.into_status().code(), Code::Unavailable);
+        let other = Error::catalog(&"ns.t", iceberg::Error::new(ErrorKind::Unexpected, "bug"));
+        assert_eq!(other.into_status().code(), Code::Internal);
+    }
+
     /// The error travels inside every `Result` of the put path; keep it small.
     /// RED once: with `Status` and `iceberg::Error` unboxed this measured 136 bytes.
     #[test]

@@ -213,12 +213,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
         None => None,
     };
-    let warehouse = config
-        .storage
-        .warehouse(&config.data_dir)
-        .map_err(|e| StartError::Warehouse {
-            reason: e.message().to_string(),
-        })?;
+    let warehouse =
+        config
+            .storage
+            .warehouse(&config.data_dir)
+            .map_err(|e| StartError::Warehouse {
+                reason: e.message().to_string(),
+            })?;
     // Bind before touching the disk: a start that fails creates nothing.
     let flight_listener = bind("--flight-addr", &config.flight_addr).await?;
     let metrics_listener = bind("--metrics-addr", &config.metrics_addr).await?;
@@ -400,7 +401,7 @@ fn open_catalog(
         path: data_dir.to_path_buf(),
         source,
     })?;
-    RedbCatalog::open(&catalog_path, warehouse).map_err(|source| {
+    RedbCatalog::open_in(&catalog_path, warehouse).map_err(|source| {
         if !existed {
             let _ = std::fs::remove_dir_all(data_dir);
         }

@@ -33,8 +33,11 @@ impl Drop for Killed {
 /// Sends one HTTP/1.0 request to `addr` and returns the status line and body.
 fn http(addr: &str, method: &str, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n")
-        .expect("send");
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .expect("send");
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     let status = out.lines().next().unwrap_or_default().to_string();
@@ -53,7 +56,14 @@ fn free_port() -> u16 {
 fn start_moto(python: &str) -> (Killed, String) {
     let port = free_port();
     let child = Command::new(python)
-        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -87,7 +97,10 @@ fn start_relay(python: &str, upstream: &str, delay_ms: usize) -> (Killed, String
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("relay port");
-    let port = line.trim().strip_prefix("listening ").expect("relay banner");
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .expect("relay banner");
     (Killed(child), format!("127.0.0.1:{port}"))
 }
 
@@ -100,9 +113,8 @@ fn relay_requests(relay: &str) -> f64 {
 }
 
 pub(crate) async fn object_storage(runs: usize) {
-    let python = std::env::var("SKADE_S3_PYTHON").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python").to_string()
-    });
+    let python = std::env::var("SKADE_S3_PYTHON")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python").to_string());
     let delay_ms = env_usize("SKADE_S3_DELAY_MS", 20);
     let files = env_usize("SKADE_S3_FILES", 40);
     let rows = env_usize("SKADE_S3_ROWS", 20000);
@@ -120,7 +132,7 @@ pub(crate) async fn object_storage(runs: usize) {
         path_style_access: true,
         vend_credentials: false,
     };
-    let s3 = RedbCatalog::open(
+    let s3 = RedbCatalog::open_in(
         &dir.path().join("s3.redb"),
         Warehouse::parse("s3://bench/wh", options).expect("warehouse"),
     )
@@ -162,7 +174,9 @@ pub(crate) async fn object_storage(runs: usize) {
         let before = relay_requests(&relay);
         for i in 0..tiny {
             let b = batch((i * 10) as i64, 10);
-            let groups = vec![vec![write::conform_batch("bench", &b, &arrow).expect("conform")]];
+            let groups = vec![vec![
+                write::conform_batch("bench", &b, &arrow).expect("conform"),
+            ]];
             let started = Instant::now();
             let (next, _) = write::ingest_pipelined(catalog, &table, groups, 1, &props)
                 .await

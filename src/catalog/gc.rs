@@ -145,7 +145,7 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
     if !path.is_file() {
         return Err(GcError::NoCatalog { path });
     }
-    let catalog = RedbCatalog::open(&path, data_dir.join("warehouse")).map_err(|e| {
+    let catalog = RedbCatalog::open(&path, &data_dir.join("warehouse")).map_err(|e| {
         if super::is_lock_error(&e) {
             GcError::InUse { path: path.clone() }
         } else {

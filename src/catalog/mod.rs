@@ -134,6 +134,16 @@ struct PreparedCommit {
 }
 
 impl RedbCatalog {
+    /// Opens (or creates) the catalog file `catalog_path` with tables under the local
+    /// directory `warehouse` (created if absent, made absolute): [`Self::open_in`] with
+    /// [`Warehouse::Local`].
+    ///
+    /// # Errors
+    /// As [`Self::open_in`].
+    pub fn open(catalog_path: &Path, warehouse: &Path) -> Result<Self> {
+        Self::open_in(catalog_path, Warehouse::Local(warehouse.to_path_buf()))
+    }
+
     /// Opens (or creates) the catalog file `catalog_path` with tables under `warehouse`
     /// (a local directory is created if absent and made absolute; an S3 prefix is used as
     /// it is).
@@ -145,11 +155,10 @@ impl RedbCatalog {
     /// `Unexpected` carrying redb's `DatabaseAlreadyOpen` ("Database already open. Cannot
     /// acquire lock.") when another process holds the file, or any I/O error of creating
     /// the warehouse or the file.
-    pub fn open(catalog_path: &Path, warehouse: impl Into<Warehouse>) -> Result<Self> {
-        let warehouse = match warehouse.into() {
+    pub fn open_in(catalog_path: &Path, warehouse: Warehouse) -> Result<Self> {
+        let warehouse = match warehouse {
             Warehouse::Local(dir) => {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| io_error("create warehouse", &dir, e))?;
+                std::fs::create_dir_all(&dir).map_err(|e| io_error("create warehouse", &dir, e))?;
                 Warehouse::Local(
                     std::fs::canonicalize(&dir)
                         .map_err(|e| io_error("resolve warehouse", &dir, e))?,

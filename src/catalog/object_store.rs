@@ -158,7 +158,10 @@ impl ObjectStorage {
             .map(|e| ListedObject {
                 location: format!("s3://{bucket}/{}", e.path()),
                 size_bytes: e.metadata().content_length(),
-                modified: e.metadata().last_modified().map(std::time::SystemTime::from),
+                modified: e
+                    .metadata()
+                    .last_modified()
+                    .map(std::time::SystemTime::from),
             })
             .collect())
     }
@@ -329,7 +332,10 @@ mod tests {
 
     #[test]
     fn s3_paths_split_into_bucket_and_key() {
-        assert_eq!(split_s3("s3://b/k/x.parquet").expect("split"), ("b", "k/x.parquet"));
+        assert_eq!(
+            split_s3("s3://b/k/x.parquet").expect("split"),
+            ("b", "k/x.parquet")
+        );
         assert_eq!(split_s3("s3://b").expect("split"), ("b", ""));
         assert!(split_s3("s3:///k").is_err());
     }

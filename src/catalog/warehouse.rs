@@ -202,24 +202,6 @@ impl Warehouse {
     }
 }
 
-impl From<&Path> for Warehouse {
-    fn from(dir: &Path) -> Self {
-        Self::Local(dir.to_path_buf())
-    }
-}
-
-impl From<&PathBuf> for Warehouse {
-    fn from(dir: &PathBuf) -> Self {
-        Self::Local(dir.clone())
-    }
-}
-
-impl From<PathBuf> for Warehouse {
-    fn from(dir: PathBuf) -> Self {
-        Self::Local(dir)
-    }
-}
-
 impl std::fmt::Display for Warehouse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.root())
@@ -281,8 +263,14 @@ mod tests {
         };
         let w = Warehouse::parse("s3://b", options).expect("parse");
         let config = w.reader_config(true);
-        assert_eq!(config.get(S3_ENDPOINT).map(String::as_str), Some("http://127.0.0.1:1"));
-        assert_eq!(config.get(S3_PATH_STYLE_ACCESS).map(String::as_str), Some("true"));
+        assert_eq!(
+            config.get(S3_ENDPOINT).map(String::as_str),
+            Some("http://127.0.0.1:1")
+        );
+        assert_eq!(
+            config.get(S3_PATH_STYLE_ACCESS).map(String::as_str),
+            Some("true")
+        );
         assert!(!config.contains_key(S3_SECRET_ACCESS_KEY));
     }
 }

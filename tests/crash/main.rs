@@ -460,7 +460,12 @@ fn spawn_server(dir: &Path, log: &Path, s3: Option<&S3Store>) -> (Server, Socket
     command.args(["serve", "--data-dir"]).arg(dir);
     if let Some(s3) = s3 {
         command.args(["--warehouse", S3_WAREHOUSE, "--s3-endpoint", &s3.endpoint]);
-        command.args(["--s3-path-style-access", "true", "--s3-vend-credentials", "true"]);
+        command.args([
+            "--s3-path-style-access",
+            "true",
+            "--s3-vend-credentials",
+            "true",
+        ]);
     }
     let child = command
         .args(["--flight-addr", &flight.to_string()])
@@ -995,7 +1000,14 @@ fn start_s3() -> Option<S3Store> {
     let port = free_port();
     let moto = Server(
         Command::new(python)
-            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -1006,14 +1018,23 @@ fn start_s3() -> Option<S3Store> {
     loop {
         if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
             use std::io::{Read, Write};
-            write!(s, "PUT /crash HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n")
-                .expect("create bucket");
+            write!(
+                s,
+                "PUT /crash HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .expect("create bucket");
             let mut answer = String::new();
             s.read_to_string(&mut answer).expect("bucket answer");
-            assert!(answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(
+                answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+                "{answer}"
+            );
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "moto_server never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "moto_server never started"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     Some(S3Store {
@@ -1027,7 +1048,7 @@ fn open_catalog(dir: &Path, s3: Option<&S3Store>) -> RedbCatalog {
     let catalog = dir.join("catalog.redb");
     match s3 {
         None => RedbCatalog::open(&catalog, &dir.join("warehouse")),
-        Some(s3) => RedbCatalog::open(
+        Some(s3) => RedbCatalog::open_in(
             &catalog,
             skade::catalog::Warehouse::parse(
                 S3_WAREHOUSE,
