@@ -203,6 +203,7 @@ impl Running {
 /// process holds the catalog; [`StartError::DataDir`] / [`StartError::Catalog`] when the
 /// data dir or the catalog cannot be created or opened.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    tls::use_ring_provider();
     let tls = match (&config.security.tls_cert, &config.security.tls_key) {
         (Some(cert), Some(key)) => {
             Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
