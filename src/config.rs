@@ -76,6 +76,10 @@ pub struct Config {
 
     #[command(flatten)]
     #[allow(missing_docs)]
+    pub storage: StorageConfig,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
     pub ingest: IngestConfig,
 
     #[command(flatten)]
@@ -85,6 +89,57 @@ pub struct Config {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub maintenance: MaintenanceConfig,
+}
+
+/// Where table data lives: a local directory or an S3 prefix (README, "Object storage").
+/// S3 credentials come from the standard AWS environment variables or profile.
+#[derive(Debug, Clone, Args)]
+pub struct StorageConfig {
+    /// Warehouse root: a local directory, or `s3://bucket/prefix` for object storage.
+    /// Default: `warehouse/` under `--data-dir` (`catalog.redb` always stays there).
+    #[arg(long, env = "SKADE_WAREHOUSE")]
+    pub warehouse: Option<String>,
+
+    /// S3 endpoint URL for S3-compatible stores (e.g. `http://127.0.0.1:9000`); unset:
+    /// AWS's own.
+    #[arg(long, env = "SKADE_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// S3 signing region; unset: `AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`.
+    #[arg(long, env = "SKADE_S3_REGION")]
+    pub s3_region: Option<String>,
+
+    /// Path-style S3 addressing (`endpoint/bucket/key`), which most S3-compatible
+    /// stores need (`true` or `false`; Iceberg's default is virtual-host style).
+    #[arg(long, env = "SKADE_S3_PATH_STYLE_ACCESS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_path_style_access: bool,
+
+    /// Hand skade's own AWS credentials (from its environment) to REST catalog clients
+    /// that ask for vended credentials (`true` or `false`).
+    #[arg(long, env = "SKADE_S3_VEND_CREDENTIALS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_vend_credentials: bool,
+}
+
+impl StorageConfig {
+    /// The warehouse these flags name, `data_dir/warehouse` by default.
+    ///
+    /// # Errors
+    /// `DataInvalid` naming `--warehouse` for an `s3://` URI without a bucket.
+    pub fn warehouse(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> iceberg::Result<crate::catalog::Warehouse> {
+        let options = crate::catalog::S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+            path_style_access: self.s3_path_style_access,
+            vend_credentials: self.s3_vend_credentials,
+        };
+        match &self.warehouse {
+            Some(location) => crate::catalog::Warehouse::parse(location, options),
+            None => Ok(crate::catalog::Warehouse::Local(data_dir.join("warehouse"))),
+        }
+    }
 }
 
 /// Online table maintenance: snapshot expiry, manifest merging and file cleanup, run in

@@ -277,8 +277,13 @@ pub fn client_ending(status: &Status) -> Option<String> {
     None
 }
 
-/// The gRPC code for an iceberg error, by its kind (never by its text).
+/// The gRPC code for an iceberg error, by its kind (never by its text); a failure of the
+/// object store (an S3 warehouse's upload, read or delete) is `Unavailable` whatever its
+/// kind: the storage, not the request, failed.
 fn iceberg_code(e: &iceberg::Error) -> Code {
+    if crate::catalog::object_store::is_object_store_error(e) {
+        return Code::Unavailable;
+    }
     match e.kind() {
         ErrorKind::DataInvalid => Code::InvalidArgument,
         ErrorKind::NamespaceNotFound | ErrorKind::TableNotFound => Code::NotFound,
@@ -329,6 +334,23 @@ mod tests {
             status.message(),
             "invalid request: cannot write <warehouse>/ns/t/data/x.parquet"
         );
+    }
+
+    /// A commit whose upload the object store refused is `Unavailable` (the storage
+    /// failed), not `Internal` as other `Unexpected` iceberg errors.
+    /// RED before: the commit's catalog error mapped by kind alone answered Internal.
+    #[test]
+    fn object_store_failures_at_commit_are_unavailable() {
+        let refused = opendal::Error::new(opendal::ErrorKind::PermissionDenied, "AccessDenied");
+        let source = iceberg::Error::new(ErrorKind::Unexpected, "object store operation failed")
+            .with_source(refused);
+        let e = Error::Write(Box::new(WriteError::Catalog {
+            table: "ns.t".into(),
+            source: Box::new(source),
+        }));
+        assert_eq!(e.into_status().code(), Code::Unavailable);
+        let other = Error::catalog(&"ns.t", iceberg::Error::new(ErrorKind::Unexpected, "bug"));
+        assert_eq!(other.into_status().code(), Code::Internal);
     }
 
     /// The error travels inside every `Result` of the put path; keep it small.

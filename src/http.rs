@@ -83,15 +83,46 @@ async fn check_ready(ready: &Service) -> Result<(), String> {
         .list_namespaces(None)
         .await
         .map_err(|e| format!("catalog: {e}"))?;
-    let probe = ready
-        .catalog
-        .warehouse()
-        .join(format!("{READY_PROBE_PREFIX}{}", uuid::Uuid::new_v4()));
-    tokio::task::spawn_blocking(move || {
-        std::fs::write(&probe, b"ok")
-            .and_then(|()| std::fs::remove_file(&probe))
-            .map_err(|e| format!("warehouse {} is not writable: {e}", probe.display()))
-    })
-    .await
-    .map_err(|e| format!("warehouse check: {e}"))?
+    match ready.catalog.warehouse().local_path() {
+        Some(root) => {
+            let probe = root.join(format!("{READY_PROBE_PREFIX}{}", uuid::Uuid::new_v4()));
+            tokio::task::spawn_blocking(move || {
+                std::fs::write(&probe, b"ok")
+                    .and_then(|()| std::fs::remove_file(&probe))
+                    .map_err(|e| format!("warehouse {} is not writable: {e}", probe.display()))
+            })
+            .await
+            .map_err(|e| format!("warehouse check: {e}"))?
+        }
+        None => {
+            // An object store: the bucket must take (and drop) a small object.
+            let probe = format!(
+                "{}/{READY_PROBE_PREFIX}{}",
+                ready.catalog.warehouse().root(),
+                uuid::Uuid::new_v4()
+            );
+            let io = ready.catalog.file_io();
+            let unwritable = |e: iceberg::Error| {
+                format!("warehouse {probe} is not writable: {}", storage_reason(&e))
+            };
+            io.new_output(&probe)
+                .map_err(unwritable)?
+                .write(bytes::Bytes::from_static(b"ok"))
+                .await
+                .map_err(unwritable)?;
+            io.delete(&probe).await.map_err(unwritable)
+        }
+    }
+}
+
+/// An error with its sources (the object store's own words are in the innermost one).
+fn storage_reason(e: &iceberg::Error) -> String {
+    let mut reason = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        reason.push_str(": ");
+        reason.push_str(&c.to_string());
+        cause = c.source();
+    }
+    reason
 }

@@ -81,6 +81,12 @@ pub enum StartError {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// `--warehouse` (or an `--s3-*` flag) is not a usable warehouse.
+    #[error("invalid warehouse: {reason}")]
+    Warehouse {
+        /// What is wrong, naming the flag.
+        reason: String,
+    },
     /// A listen address's host name could not be resolved.
     #[error("cannot resolve {flag} {addr}: {source}; give a resolvable host name or an IP address")]
     Resolve {
@@ -197,6 +203,7 @@ impl Running {
 /// process holds the catalog; [`StartError::DataDir`] / [`StartError::Catalog`] when the
 /// data dir or the catalog cannot be created or opened.
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    tls::use_ring_provider();
     let (tls, https) = match (&config.security.tls_cert, &config.security.tls_key) {
         (Some(cert), Some(key)) => (
             Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
@@ -208,6 +215,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
         None => None,
     };
+    let warehouse =
+        config
+            .storage
+            .warehouse(&config.data_dir)
+            .map_err(|e| StartError::Warehouse {
+                reason: e.message().to_string(),
+            })?;
     // Bind before touching the disk: a start that fails creates nothing.
     let flight_listener = bind("--flight-addr", &config.flight_addr).await?;
     let metrics_listener = bind("--metrics-addr", &config.metrics_addr).await?;
@@ -217,10 +231,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     if let Some(tokens) = &tokens {
         tokens.count_refusals(metrics.auth_failures.clone());
     }
-    let catalog = open_catalog(&config.data_dir)?
+    let warehouse = warehouse.with_object_store_metrics(metrics.object_store());
+    let catalog = open_catalog(&config.data_dir, warehouse)?
         .with_commit_counter(metrics.catalog_commits.clone())
         .with_sync_counter(metrics.file_syncs.clone());
-    error::hide_in_statuses(catalog.warehouse(), "<warehouse>");
+    if let Some(local) = catalog.warehouse().local_path() {
+        error::hide_in_statuses(local, "<warehouse>");
+    }
     if let Ok(data_dir) = std::path::absolute(&config.data_dir) {
         error::hide_in_statuses(&data_dir, "<data-dir>");
     }
@@ -325,7 +342,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         %flight_addr,
         %metrics_addr,
         data_dir = %config.data_dir.display(),
-        warehouse = %service.catalog.warehouse().display(),
+        warehouse = %service.catalog.warehouse(),
         auth = if tokens.is_some() { "bearer tokens" } else { "off" },
         tls = if tls_on { "on" } else { "off" },
         "serving"
@@ -391,14 +408,17 @@ fn local_addr(
 /// Creates `data_dir` if needed and opens its catalog. When the data dir did not exist
 /// and the open fails, what was created is removed again, so a failed start leaves
 /// nothing on disk.
-fn open_catalog(data_dir: &std::path::Path) -> Result<RedbCatalog, StartError> {
+fn open_catalog(
+    data_dir: &std::path::Path,
+    warehouse: catalog::Warehouse,
+) -> Result<RedbCatalog, StartError> {
     let catalog_path = data_dir.join("catalog.redb");
     let existed = data_dir.exists();
     std::fs::create_dir_all(data_dir).map_err(|source| StartError::DataDir {
         path: data_dir.to_path_buf(),
         source,
     })?;
-    RedbCatalog::open(&catalog_path, &data_dir.join("warehouse")).map_err(|source| {
+    RedbCatalog::open_in(&catalog_path, warehouse).map_err(|source| {
         if !existed {
             let _ = std::fs::remove_dir_all(data_dir);
         }

@@ -82,6 +82,14 @@ pub const BATCHES_REPLAYED_TOTAL: &str = "skade_batches_replayed_total";
 /// Keyed puts and Flight SQL commits that were entirely replays: answered with the
 /// original snapshot, nothing written. Label `lane` = `stream` | `multi`.
 pub const COMMITS_REPLAYED_TOTAL: &str = "skade_commits_replayed_total";
+/// Object-store operations of an S3 warehouse, label `op` = `read` | `write` | `stat` |
+/// `delete` | `list` (a `write` is one whole upload, all its parts).
+pub const OBJECT_STORE_REQUESTS_TOTAL: &str = "skade_object_store_requests_total";
+/// Failed [`OBJECT_STORE_REQUESTS_TOTAL`] (after the store client's retries), label `op`.
+pub const OBJECT_STORE_ERRORS_TOTAL: &str = "skade_object_store_errors_total";
+/// Seconds of one object-store operation, label `op`.
+pub const OBJECT_STORE_REQUEST_DURATION_SECONDS: &str =
+    "skade_object_store_request_duration_seconds";
 
 /// The `lane` label of a commit on the streaming put.
 pub const LANE_STREAM: &str = "stream";
@@ -154,6 +162,12 @@ pub struct Metrics {
     pub batches_replayed: IntCounter,
     /// See [`COMMITS_REPLAYED_TOTAL`].
     pub commits_replayed: IntCounterVec,
+    /// See [`OBJECT_STORE_REQUESTS_TOTAL`].
+    pub object_store_requests: IntCounterVec,
+    /// See [`OBJECT_STORE_ERRORS_TOTAL`].
+    pub object_store_errors: IntCounterVec,
+    /// See [`OBJECT_STORE_REQUEST_DURATION_SECONDS`].
+    pub object_store_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -308,6 +322,30 @@ impl Metrics {
             "Keyed puts and Flight SQL commits that were entirely replays.",
             "lane",
         );
+        let object_store_requests = counter_vec(
+            OBJECT_STORE_REQUESTS_TOTAL,
+            "Object-store operations of an S3 warehouse.",
+            "op",
+        );
+        let object_store_errors = counter_vec(
+            OBJECT_STORE_ERRORS_TOTAL,
+            "Failed object-store operations of an S3 warehouse.",
+            "op",
+        );
+        let object_store_duration = HistogramVec::new(
+            HistogramOpts::new(
+                OBJECT_STORE_REQUEST_DURATION_SECONDS,
+                "Seconds of one object-store operation.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["op"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(object_store_duration.clone()))
+            .expect("unique metric");
         Self {
             registry,
             catalog_commits,
@@ -340,6 +378,18 @@ impl Metrics {
             writers_forgotten,
             batches_replayed,
             commits_replayed,
+            object_store_requests,
+            object_store_errors,
+            object_store_duration,
+        }
+    }
+
+    /// The object-store handles, for an S3 warehouse's storage.
+    pub fn object_store(&self) -> crate::catalog::object_store::ObjectStoreMetrics {
+        crate::catalog::object_store::ObjectStoreMetrics {
+            requests: self.object_store_requests.clone(),
+            errors: self.object_store_errors.clone(),
+            duration: self.object_store_duration.clone(),
         }
     }
 

@@ -98,6 +98,7 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<ServerTlsConfig, TlsErro
             what: "PRIVATE KEY",
         });
     }
+    use_ring_provider();
     Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem)))
 }
 
@@ -219,4 +220,13 @@ impl axum::serve::Listener for TlsListener {
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
     }
+}
+
+/// Makes ring rustls' process-wide crypto provider (tonic's), unless one is set already.
+/// The S3 client's HTTP stack (OpenDAL's reqwest) enables rustls' `aws-lc-rs` feature
+/// too, and with both compiled in rustls cannot pick a default: the TLS server (and an
+/// `https` S3 endpoint's client) panicked. [`crate::start`] calls it first.
+pub fn use_ring_provider() {
+    // An error only means a provider is installed already: keep it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

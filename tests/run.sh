@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: the Dockerfile, deploy/ and Prometheus-rule linters, the Rust unit and
-# integration tests, the crash test (short form), then the Python interop suite (pyarrow
-# Flight client, pyiceberg reader, ADBC, a real Prometheus server) against the real
-# `skade` binary. Creates the Python venv at .venv on first use, and installs
-# Prometheus (Debian's `prometheus` package: `prometheus` and `promtool`) when missing.
+# integration tests, the crash test (short form, local and on moto's S3 server), then the
+# Python interop suite (pyarrow Flight client, pyiceberg reader, ADBC, a real Prometheus
+# server, moto's S3 server) against the real `skade` binary. Creates the Python venv at
+# .venv on first use, and installs Prometheus (Debian's `prometheus` package: `prometheus`
+# and `promtool`) when missing.
 # Honours CARGO_TARGET_DIR: the binary under test is the one `cargo build` just made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +22,10 @@ target_dir="$(cargo metadata --format-version 1 --no-deps --locked |
 cargo test --locked
 # The crash test (tests/crash/) in its short form: 3 SIGKILLs of the real binary.
 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
+    cargo test --locked --test crash -- --ignored --nocapture
+# ... and again with the warehouse on S3: moto's server (moto[server] from the venv) on a
+# free loopback port; moto takes any credentials.
+SKADE_CRASH_S3=1 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
+    AWS_ACCESS_KEY_ID=skade-crash AWS_SECRET_ACCESS_KEY=skade-crash AWS_REGION=us-east-1 \
     cargo test --locked --test crash -- --ignored --nocapture
 SKADE_BIN="$target_dir/debug/skade" .venv/bin/pytest tests/interop -q

@@ -47,6 +47,10 @@
 //!   10 / 1,000 / 5,000 / the last: put p50, metadata JSON bytes, manifests, live data
 //!   files, pyiceberg's REST load + plan and RSS, with the targets; and
 //!   commits/s vs a floor of 4 file creates + `syncfs` + one redb commit.
+//! - `object_storage`: the warehouse on S3 (moto behind a relay adding
+//!   `SKADE_S3_DELAY_MS`, 20, per request) vs local: ingest rows/s S3/local, the
+//!   overlapped vs serial committer on S3, one-stream commit p50 vs the relay's requests
+//!   per commit (`object_storage.rs` lists its knobs; needs `.venv` with `moto[server]`).
 
 mod age;
 mod commit;
@@ -54,6 +58,7 @@ mod common;
 mod ingest;
 mod memory;
 mod multi;
+mod object_storage;
 mod overlap;
 mod peers;
 mod sink;
@@ -71,6 +76,7 @@ const ARMS: &[&str] = &[
     "commit",
     "peers",
     "table_age",
+    "object_storage",
 ];
 
 fn main() {
@@ -91,6 +97,15 @@ fn main() {
     } else {
         arms
     };
+    if arms.iter().any(|a| a == "object_storage") && std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+    {
+        // moto accepts any credentials; set them before any thread exists.
+        // SAFETY: no other thread runs yet (the runtime is built below).
+        unsafe {
+            std::env::set_var("AWS_ACCESS_KEY_ID", "bench");
+            std::env::set_var("AWS_SECRET_ACCESS_KEY", "bench");
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,6 +121,7 @@ fn main() {
                 "multi" => multi::multi(runs).await,
                 "peers" => peers::peers(runs).await,
                 "table_age" => age::table_age().await,
+                "object_storage" => object_storage::object_storage(runs).await,
                 other => unreachable!("arm {other:?} was checked above"),
             }
         }

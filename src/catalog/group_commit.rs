@@ -80,7 +80,9 @@ pub(super) struct Counters {
 #[derive(Debug)]
 pub(super) struct Committer {
     db: Arc<Database>,
-    warehouse: PathBuf,
+    /// The local warehouse to `syncfs` before each transaction; `None` for an object
+    /// store, whose acknowledged uploads are durable already.
+    warehouse: Option<PathBuf>,
     queue: Mutex<Queue>,
     pub(super) counters: Counters,
 }
@@ -126,7 +128,7 @@ impl BatchError {
 }
 
 impl Committer {
-    pub(super) fn new(db: Arc<Database>, warehouse: PathBuf) -> Self {
+    pub(super) fn new(db: Arc<Database>, warehouse: Option<PathBuf>) -> Self {
         Self {
             db,
             warehouse,
@@ -295,13 +297,16 @@ impl Committer {
         }
         // Every release's files were written before it was queued: one syncfs makes
         // them all durable before any pointer that references them is.
-        durable::sync_warehouse(&self.warehouse).map_err(|source| BatchError::Sync {
-            path: self.warehouse.clone(),
-            source,
-        })?;
-        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Some(counter) = self.counters.on_sync.get() {
-            counter.inc();
+        // On an object store every upload returned only once durable: nothing to sync.
+        if let Some(warehouse) = &self.warehouse {
+            durable::sync_warehouse(warehouse).map_err(|source| BatchError::Sync {
+                path: warehouse.clone(),
+                source,
+            })?;
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = self.counters.on_sync.get() {
+                counter.inc();
+            }
         }
         txn.commit().map_err(redb::Error::from)?;
         let commits = self.counters.commits.fetch_add(1, Ordering::Relaxed) + 1;

@@ -23,12 +23,14 @@ pub mod gc;
 mod group_commit;
 pub mod marks;
 mod metadata_cache;
+pub mod object_store;
 mod pins;
 mod purge;
 pub mod storage;
+pub mod warehouse;
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +50,7 @@ use group_commit::{Committer, Flip};
 use metadata_cache::MetadataCache;
 pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
+pub use warehouse::{S3Options, Warehouse};
 
 /// Namespace key → JSON object of the namespace's properties.
 const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
@@ -104,14 +107,15 @@ pub enum Release {
     },
 }
 
-/// An [`iceberg::Catalog`] stored in one redb file, with tables under a local warehouse
-/// directory laid out as `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
+/// An [`iceberg::Catalog`] stored in one redb file, with tables under a warehouse (a local
+/// directory or an S3 prefix, [`Warehouse`]) laid out as
+/// `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
 ///
 /// Cheap to share behind an `Arc`; every method may be called concurrently.
 #[derive(Debug)]
 pub struct RedbCatalog {
     db: Arc<Database>,
-    warehouse: PathBuf,
+    warehouse: Warehouse,
     file_io: FileIO,
     runtime: Runtime,
     /// Every data commit's pointer flips go through it (group commit).
@@ -136,8 +140,19 @@ struct PreparedCommit {
 }
 
 impl RedbCatalog {
+    /// Opens (or creates) the catalog file `catalog_path` with tables under the local
+    /// directory `warehouse` (created if absent, made absolute): [`Self::open_in`] with
+    /// [`Warehouse::Local`].
+    ///
+    /// # Errors
+    /// As [`Self::open_in`].
+    pub fn open(catalog_path: &Path, warehouse: &Path) -> Result<Self> {
+        Self::open_in(catalog_path, Warehouse::Local(warehouse.to_path_buf()))
+    }
+
     /// Opens (or creates) the catalog file `catalog_path` with tables under `warehouse`
-    /// (created if absent, made absolute).
+    /// (a local directory is created if absent and made absolute; an S3 prefix is used as
+    /// it is).
     ///
     /// Must be called inside a tokio runtime with timers enabled: tables capture it for
     /// iceberg's scans and commit retries.
@@ -146,11 +161,18 @@ impl RedbCatalog {
     /// `Unexpected` carrying redb's `DatabaseAlreadyOpen` ("Database already open. Cannot
     /// acquire lock.") when another process holds the file, or any I/O error of creating
     /// the warehouse or the file.
-    pub fn open(catalog_path: &Path, warehouse: &Path) -> Result<Self> {
-        std::fs::create_dir_all(warehouse)
-            .map_err(|e| io_error("create warehouse", warehouse, e))?;
-        let warehouse = std::fs::canonicalize(warehouse)
-            .map_err(|e| io_error("resolve warehouse", warehouse, e))?;
+    pub fn open_in(catalog_path: &Path, warehouse: Warehouse) -> Result<Self> {
+        let warehouse = match warehouse {
+            Warehouse::Local(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| io_error("create warehouse", &dir, e))?;
+                Warehouse::Local(
+                    std::fs::canonicalize(&dir)
+                        .map_err(|e| io_error("resolve warehouse", &dir, e))?,
+                )
+            }
+            s3 @ Warehouse::S3(_) => s3,
+        };
+        let file_io = warehouse.file_io()?;
         let db = Arc::new(Database::create(catalog_path).map_err(|e| {
             redb_error(e).with_context("catalog", catalog_path.display().to_string())
         })?);
@@ -160,10 +182,13 @@ impl RedbCatalog {
         marks::init(&txn).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         Ok(Self {
-            committer: Arc::new(Committer::new(db.clone(), warehouse.clone())),
+            committer: Arc::new(Committer::new(
+                db.clone(),
+                warehouse.local_path().map(Path::to_path_buf),
+            )),
             db,
             warehouse,
-            file_io: storage::file_io(),
+            file_io,
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
             pins: Arc::default(),
@@ -223,8 +248,8 @@ impl RedbCatalog {
         self.committer.queued()
     }
 
-    /// The warehouse root (absolute).
-    pub fn warehouse(&self) -> &Path {
+    /// The warehouse: a local directory (absolute) or an S3 prefix.
+    pub fn warehouse(&self) -> &Warehouse {
         &self.warehouse
     }
 
@@ -359,12 +384,9 @@ impl RedbCatalog {
     pub fn plan_table(&self, ident: &TableIdent, creation: TableCreation) -> Result<Table> {
         let location = match &creation.location {
             Some(location) => location.clone(),
-            None => {
-                let mut path = self.warehouse.clone();
-                path.extend(ident.namespace().as_ref());
-                path.push(ident.name());
-                path.to_string_lossy().into_owned()
-            }
+            None => self
+                .warehouse
+                .table_location(ident.namespace().as_ref(), ident.name()),
         };
         let creation = TableCreation {
             name: ident.name().to_string(),
@@ -880,12 +902,9 @@ impl Catalog for RedbCatalog {
         }
         let location = match &creation.location {
             Some(location) => location.clone(),
-            None => {
-                let mut path = self.warehouse.clone();
-                path.extend(namespace.as_ref());
-                path.push(&creation.name);
-                path.to_string_lossy().into_owned()
-            }
+            None => self
+                .warehouse
+                .table_location(namespace.as_ref(), &creation.name),
         };
         let creation = TableCreation {
             location: Some(location.clone()),
@@ -1021,14 +1040,17 @@ impl RedbCatalog {
     async fn insert_pointer(&self, ident: &TableIdent, location: String) -> Result<()> {
         let key = table_key(ident)?;
         let id = ident.clone();
-        let warehouse = self.warehouse.clone();
+        let local = self.warehouse.local_path().map(Path::to_path_buf);
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
             if tables.get(key.as_str()).map_err(redb_error)?.is_some() {
                 return Err(table_exists(&id));
             }
-            durable::sync_warehouse(&warehouse)
-                .map_err(|e| io_error("sync warehouse", &warehouse, e))?;
+            // An object store's acknowledged PUT is durable: only a local warehouse syncs.
+            if let Some(warehouse) = &local {
+                durable::sync_warehouse(warehouse)
+                    .map_err(|e| io_error("sync warehouse", warehouse, e))?;
+            }
             tables
                 .insert(key.as_str(), location.as_str())
                 .map_err(redb_error)?;

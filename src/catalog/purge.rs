@@ -26,7 +26,14 @@ use super::gc::{ReferenceWalker, files_under, local_path};
 /// iceberg's error reading a manifest (nothing removed then), or `Unexpected` for a file
 /// that could not be removed (those before it are gone).
 pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<usize> {
-    let location = local_path(table.metadata().location());
+    let raw = table.metadata().location();
+    if raw.contains("://") && !raw.starts_with("file:") {
+        // An object-store table: dropped, its objects left in place, as online cleanup
+        // leaves them there (README, "Object storage").
+        tracing::warn!(table = %table.identifier(), location = raw, "purge: objects on an object store are left in place");
+        return Ok(0);
+    }
+    let location = local_path(raw);
     if !is_plain_absolute(&location) {
         return Err(Error::new(
             ErrorKind::DataInvalid,

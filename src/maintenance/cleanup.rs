@@ -166,7 +166,9 @@ impl Sweeper {
         }
         self.walker.forget_unused();
         let mut locations: Vec<(PathBuf, bool)> = Vec::new();
-        for swept in tables.iter().filter(|t| t.sweep) {
+        // Only local locations are swept: orphans on an object store are left (README,
+        // "Object storage").
+        for swept in tables.iter().filter(|t| t.sweep && is_local(t)) {
             let location = local_path(swept.table.metadata().location());
             // A location shared with a table that keeps its metadata keeps it too.
             match locations.iter_mut().find(|(l, _)| *l == location) {
@@ -216,6 +218,12 @@ impl Sweeper {
         self.referenced = referenced;
         outcome
     }
+}
+
+/// Whether `swept`'s table lives on the local filesystem (not `s3://...`).
+fn is_local(swept: &SweptTable) -> bool {
+    let location = swept.table.metadata().location();
+    location.starts_with("file:") || !location.contains("://")
 }
 
 /// What a sweep may remove (module docs): under which locations, given which

@@ -196,7 +196,13 @@ pub(super) async fn create_table(
         &LoadTableResult {
             metadata_location,
             metadata: table.metadata().clone(),
-            config: Default::default(),
+            // What a reader needs to open the table's files (no credentials here: a
+            // load-table that asks for them gets them).
+            config: catalog
+                .warehouse()
+                .reader_config(false)
+                .into_iter()
+                .collect(),
         },
     )
 }
@@ -310,7 +316,18 @@ fn check_new_name(ns: &NamespaceIdent, table: Option<&str>) -> Result<(), RestEr
 /// A requested table location, accepted only as a plain absolute path under the
 /// warehouse (`file://` stripped): purge removes files under it, so it must not name
 /// anything else on the server.
-fn location_in(warehouse: &std::path::Path, location: &str) -> Result<String, RestError> {
+fn location_in(warehouse: &crate::catalog::Warehouse, location: &str) -> Result<String, RestError> {
+    let Some(warehouse) = warehouse.local_path() else {
+        // An object-store warehouse: a location below its root, without `..`.
+        let root = format!("{}/", warehouse.root().trim_end_matches('/'));
+        let location = location.trim_end_matches('/');
+        if !location.starts_with(&root) || location.split('/').any(|part| part == "..") {
+            return Err(RestError::bad(format!(
+                "location {location:?} must be below the warehouse {root:?}, without `..`"
+            )));
+        }
+        return Ok(location.to_string());
+    };
     let path = crate::catalog::gc::local_path(location.trim_end_matches('/'));
     if !crate::catalog::is_plain_absolute(&path)
         || !path.starts_with(warehouse)

@@ -248,6 +248,7 @@ async fn list_tables(
 /// otherwise); every snapshot is returned for both, which the spec allows for `refs`.
 async fn load_table(
     State(catalog): Db,
+    headers: axum::http::HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, RestError> {
@@ -273,9 +274,24 @@ async fn load_table(
         &LoadTableResult {
             metadata_location,
             metadata: table.metadata().clone(),
-            config: BTreeMap::new(),
+            config: catalog
+                .warehouse()
+                .reader_config(asks_for_vended_credentials(&headers))
+                .into_iter()
+                .collect(),
         },
     )
+}
+
+/// Whether the client asked for vended credentials (Iceberg REST spec,
+/// `X-Iceberg-Access-Delegation`, a comma-separated list of mechanisms).
+fn asks_for_vended_credentials(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all("x-iceberg-access-delegation")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|m| m.trim().eq_ignore_ascii_case("vended-credentials"))
 }
 
 async fn table_exists(

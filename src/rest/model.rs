@@ -75,7 +75,8 @@ pub struct LoadTableResult {
     pub metadata_location: String,
     /// The metadata read from that file (the spec's table-metadata JSON).
     pub metadata: TableMetadata,
-    /// Table-specific client configuration; skade sets none.
+    /// Table-specific client configuration: for an S3 warehouse the `s3.*` properties a
+    /// reader needs (endpoint, region, path style; credentials only when vended).
     pub config: BTreeMap<String, String>,
 }
 

@@ -612,11 +612,13 @@ impl Drop for Server {
     }
 }
 
-/// Starts `skade serve` on `dir` with small, frequent commits and busy table
-/// maintenance, with `env` added to its environment; its log goes to `log`.
+/// Starts `skade serve` on `dir` (its warehouse on `s3` when given) with small,
+/// frequent commits and busy table maintenance, with `env` added to its environment;
+/// its log goes to `log`.
 fn spawn_server(
     dir: &Path,
     log: &Path,
+    s3: Option<&S3Store>,
     env: &[(&str, &str)],
     args: &[&str],
 ) -> (Server, SocketAddr, SocketAddr) {
@@ -627,9 +629,18 @@ fn spawn_server(
         .append(true)
         .open(log)
         .expect("server log");
-    let child = Command::new(env!("CARGO_BIN_EXE_skade"))
-        .args(["serve", "--data-dir"])
-        .arg(dir)
+    let mut command = Command::new(env!("CARGO_BIN_EXE_skade"));
+    command.args(["serve", "--data-dir"]).arg(dir);
+    if let Some(s3) = s3 {
+        command.args(["--warehouse", S3_WAREHOUSE, "--s3-endpoint", &s3.endpoint]);
+        command.args([
+            "--s3-path-style-access",
+            "true",
+            "--s3-vend-credentials",
+            "true",
+        ]);
+    }
+    let child = command
         .args(["--flight-addr", &flight.to_string()])
         .args(["--metrics-addr", &metrics.to_string()])
         .args(["--target-file-size", "1", "--files-per-commit", "2"])
@@ -702,9 +713,9 @@ impl Verifier {
         streams: &[StreamRecord],
         txns: &[TxnRecord],
         finished: bool,
+        s3: Option<&S3Store>,
     ) -> Check {
-        let catalog = RedbCatalog::open(&dir.join("catalog.redb"), &dir.join("warehouse"))
-            .expect("open the catalog of the killed server");
+        let catalog = open_catalog(dir, s3);
         let mut check = Check::default();
         let ns = NamespaceIdent::new(NS.to_string());
         let idents = if catalog.namespace_exists(&ns).await.unwrap() {
@@ -718,7 +729,7 @@ impl Verifier {
             let name = ident.name().to_string();
             let table = catalog.load_table(&ident).await.unwrap();
             let (ids, snapshots) = self.check_table(&name, &table, finished, &mut check).await;
-            check.commits_cut += usize::from(commit_cut_by_kill(&table));
+            check.commits_cut += usize::from(commit_cut_by_kill(&table, s3).await);
             check.tables.insert(
                 name.clone(),
                 (ids.len(), ids.iter().map(|&i| i as i128).sum()),
@@ -910,7 +921,11 @@ impl Verifier {
                 ));
             }
             for task in &tasks {
-                let size = std::fs::metadata(&task.data_file_path).map(|m| m.len());
+                // Through the table's FileIO: a local file or an S3 object alike.
+                let size = match table.file_io().new_input(&task.data_file_path) {
+                    Ok(input) => input.metadata().await.map(|m| m.size),
+                    Err(e) => Err(e),
+                };
                 if size.as_ref().ok() != Some(&task.file_size_in_bytes) {
                     check.violations.push(format!(
                         "{name}: snapshot {id}: data file {} is missing or truncated ({size:?}, recorded {})",
@@ -1074,7 +1089,7 @@ fn in_range(ids: &[i64], from: i64, to: i64) -> &[i64] {
 /// current pointer's (its version is higher) exists, so a commit wrote it and its pointer
 /// flip never happened. (A later commit after the restart reuses that version, so only
 /// the latest kill can leave one.)
-fn commit_cut_by_kill(table: &Table) -> bool {
+async fn commit_cut_by_kill(table: &Table, s3: Option<&S3Store>) -> bool {
     let version = |name: &str| name.split('-').next().and_then(|v| v.parse::<u64>().ok());
     let Some(current) = table
         .metadata_location()
@@ -1083,13 +1098,28 @@ fn commit_cut_by_kill(table: &Table) -> bool {
     else {
         return false;
     };
-    let dir = Path::new(table.metadata().location()).join("metadata");
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.ends_with(".metadata.json") && version(&name).is_some_and(|v| v > current)
-        })
-    })
+    let dir = format!("{}/metadata", table.metadata().location());
+    let names: Vec<String> = match s3 {
+        None => std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        Some(s3) => s3
+            .storage()
+            .list(&dir)
+            .await
+            .expect("list metadata objects")
+            .into_iter()
+            .filter_map(|o| o.location.rsplit('/').next().map(str::to_string))
+            .collect(),
+    };
+    names
+        .iter()
+        .any(|name| name.ends_with(".metadata.json") && version(name).is_some_and(|v| v > current))
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -1117,6 +1147,102 @@ for ident in cat.list_tables("crash"):
     out[ident[-1]] = [data.num_rows, str(total)]
 print(json.dumps(out))
 "#;
+
+/// With `SKADE_CRASH_S3=1` the warehouse is on S3: moto's server (from `python()`'s
+/// venv, `moto[server]`) on a free port, bucket `crash`. AWS credentials come from the
+/// environment (moto takes any): `tests/run.sh` sets them.
+struct S3Store {
+    _moto: Server,
+    /// `http://127.0.0.1:<port>`.
+    endpoint: String,
+}
+
+const S3_WAREHOUSE: &str = "s3://crash/warehouse";
+
+impl S3Store {
+    /// The store as skade's object storage, to list what a killed server left.
+    fn storage(&self) -> skade::catalog::object_store::ObjectStorage {
+        let props = HashMap::from([
+            ("s3.endpoint".to_string(), self.endpoint.clone()),
+            ("s3.region".to_string(), "us-east-1".to_string()),
+            ("s3.path-style-access".to_string(), "true".to_string()),
+        ]);
+        skade::catalog::object_store::ObjectStorage::new(&props, None)
+    }
+}
+
+fn start_s3() -> Option<S3Store> {
+    if std::env::var("SKADE_CRASH_S3").ok().as_deref() != Some("1") {
+        return None;
+    }
+    let python = python().expect("SKADE_CRASH_S3=1 needs SKADE_PYTHON or .venv with moto[server]");
+    let port = free_port();
+    let moto = Server(
+        Command::new(python)
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start moto_server"),
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(&addr) {
+            use std::io::{Read, Write};
+            write!(
+                s,
+                "PUT /crash HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+            )
+            .expect("create bucket");
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).expect("bucket answer");
+            assert!(
+                answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+                "{answer}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "moto_server never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(S3Store {
+        _moto: moto,
+        endpoint: format!("http://{addr}"),
+    })
+}
+
+/// The catalog of a stopped server's data dir, with its warehouse where the server had it.
+fn open_catalog(dir: &Path, s3: Option<&S3Store>) -> RedbCatalog {
+    let catalog = dir.join("catalog.redb");
+    match s3 {
+        None => RedbCatalog::open(&catalog, &dir.join("warehouse")),
+        Some(s3) => RedbCatalog::open_in(
+            &catalog,
+            skade::catalog::Warehouse::parse(
+                S3_WAREHOUSE,
+                skade::catalog::S3Options {
+                    endpoint: Some(s3.endpoint.clone()),
+                    region: Some("us-east-1".into()),
+                    path_style_access: true,
+                    vend_credentials: false,
+                },
+            )
+            .expect("warehouse"),
+        ),
+    }
+    .expect("open the catalog of the killed server")
+}
 
 fn python() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("SKADE_PYTHON") {
@@ -1146,9 +1272,11 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
     dir.disable_cleanup(std::env::var_os("SKADE_CRASH_KEEP").is_some());
     let data_dir = dir.path().join("data");
     let log = dir.path().join("skade.log");
+    let s3 = start_s3();
     println!(
-        "crash test: {kills} kills, SKADE_CRASH_SEED={seed}, data in {}",
-        data_dir.display()
+        "crash test: {kills} kills, SKADE_CRASH_SEED={seed}, data in {}, warehouse {}",
+        data_dir.display(),
+        if s3.is_some() { S3_WAREHOUSE } else { "local" }
     );
 
     precreate_tables(&data_dir).await;
@@ -1180,7 +1308,7 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
     let mut mid_commit_kills = 0;
     let mut last = Check::default();
     for kill in 1..=kills {
-        let (mut server, flight, metrics) = spawn_server(&data_dir, &log, &[], &[]);
+        let (mut server, flight, metrics) = spawn_server(&data_dir, &log, s3.as_ref(), &[], &[]);
         wait_healthy(&mut server, metrics).await;
         shared
             .server
@@ -1214,7 +1342,9 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
         let parked_at = Instant::now();
         let streams = lock(&shared.streams).clone();
         let txns = lock(&shared.txns).clone();
-        let check = verifier.check(&data_dir, &streams, &txns, false).await;
+        let check = verifier
+            .check(&data_dir, &streams, &txns, false, s3.as_ref())
+            .await;
         let checked_in = parked_at.elapsed();
         if check.commits_cut > 0 {
             mid_commit_kills += 1;
@@ -1240,7 +1370,7 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
     }
 
     // The end: a last server; the clients finish their streams cleanly and stop.
-    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, &[], &[]);
+    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, s3.as_ref(), &[], &[]);
     wait_healthy(&mut server, metrics).await;
     shared.server.send_replace(Some(Generation {
         n: kills + 1,
@@ -1291,7 +1421,9 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
     println!("pyiceberg done at {:.1?}", started.elapsed());
     let streams = lock(&shared.streams).clone();
     let txns = lock(&shared.txns).clone();
-    let check = verifier.check(&data_dir, &streams, &txns, true).await;
+    let check = verifier
+        .check(&data_dir, &streams, &txns, true, s3.as_ref())
+        .await;
     println!("final check done at {:.1?}", started.elapsed());
     assert!(
         check.violations.is_empty(),
@@ -1392,7 +1524,7 @@ async fn a_kill_between_commit_and_ack_then_a_resend_lands_once() {
     let batches: Vec<(i64, i64)> = (0..6).map(|i| (i * 10, 10)).collect();
     let quiet = ["--maintenance", "false"];
     let fault = [(skade::catalog::fault::KILL_AFTER_COMMITS, "2")];
-    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, &fault, &quiet);
+    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, None, &fault, &quiet);
     wait_healthy(&mut server, metrics).await;
     let (acks, ended) = keyed_put(flight, "acks", "w", &batches).await;
     assert!(ended.is_err(), "the server died mid-put");
@@ -1408,7 +1540,7 @@ async fn a_kill_between_commit_and_ack_then_a_resend_lands_once() {
     );
     drop(server);
 
-    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, &[], &quiet);
+    let (mut server, flight, metrics) = spawn_server(&data_dir, &log, None, &[], &quiet);
     wait_healthy(&mut server, metrics).await;
     let mut client = common::client_at(flight).await;
     let reply: Vec<bytes::Bytes> = client
