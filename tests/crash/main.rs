@@ -575,10 +575,9 @@ fn free_port() -> u16 {
 /// commit deadline, small enough to compact) and it and `shared` with
 /// `commit.manifest.min-count-to-merge` = 4. The other tables are created by their first
 /// put, as users do.
-async fn precreate_tables(data_dir: &Path) {
+async fn precreate_tables(data_dir: &Path, s3: Option<&S3Store>) {
     std::fs::create_dir_all(data_dir).unwrap();
-    let catalog = RedbCatalog::open(&data_dir.join("catalog.redb"), &data_dir.join("warehouse"))
-        .expect("open the catalog");
+    let catalog = open_catalog(data_dir, s3);
     for (name, target) in [(COMPACTED_TABLE, Some("65536")), ("shared", None)] {
         let ident = iceberg::TableIdent::from_strs([NS, name]).unwrap();
         let table = skade::write::ensure_table(&catalog, &ident, &synthetic_schema())
@@ -1279,7 +1278,7 @@ async fn sigkill_at_random_moments_loses_no_acked_commit() {
         if s3.is_some() { S3_WAREHOUSE } else { "local" }
     );
 
-    precreate_tables(&data_dir).await;
+    precreate_tables(&data_dir, s3.as_ref()).await;
     let (server_tx, _) = watch::channel(None);
     let (parked_tx, mut parked_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
