@@ -262,6 +262,7 @@ pub async fn commit_evolving(
         .load_table(&ident)
         .await
         .map_err(|e| WriteError::catalog(&ident, e))?;
+    super::ingest::same_table(table, &current)?;
     super::ingest::same_spec(table, &current)?;
     let evolved =
         evolved_handle(catalog, &current, change).map_err(|e| WriteError::catalog(&ident, e))?;

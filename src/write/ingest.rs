@@ -239,6 +239,7 @@ pub async fn commit_files_with(
         .load_table(table.identifier())
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))?;
+    same_table(table, &current)?;
     same_spec(table, &current)?;
     let base = if current.metadata_location() == table.metadata_location() {
         table
@@ -256,6 +257,28 @@ pub async fn commit_files_with(
     tx.commit(catalog)
         .await
         .map_err(|e| WriteError::catalog(table.identifier(), e))
+}
+
+/// Checks that `current` (the table as it stands under this name) is the table the data
+/// files were written for: a table dropped and created again under the same name while
+/// a write was open is another table (another uuid), and the write must not land in it.
+///
+/// # Errors
+/// [`WriteError::Catalog`] with `TableNotFound` (`NotFound`) naming the table.
+pub fn same_table(written: &Table, current: &Table) -> Result<(), WriteError> {
+    if written.metadata().uuid() == current.metadata().uuid() {
+        return Ok(());
+    }
+    Err(WriteError::catalog(
+        written.identifier(),
+        iceberg::Error::new(
+            iceberg::ErrorKind::TableNotFound,
+            format!(
+                "table {} was dropped (and another table created under its name) while                  these rows were being written; nothing of them is committed",
+                written.identifier()
+            ),
+        ),
+    ))
 }
 
 /// Checks that `current` (the table as it stands) still has the default partition spec

@@ -19,7 +19,9 @@ use super::WriteError;
 use super::conform::ConformOptions;
 use super::encode::WriteProps;
 use super::evolve::{SchemaChange, evolved_handle, stage_evolving_append};
-use super::ingest::{FileNames, IngestStats, encode, same_spec, table_commit_lock, write_files};
+use super::ingest::{
+    FileNames, IngestStats, encode, same_spec, same_table, table_commit_lock, write_files,
+};
 use super::schema::{conform_batch_with, table_arrow_schema};
 use super::stage::stage_fast_append_with;
 use crate::catalog::{RedbCatalog, Release, run_blocking_io};
@@ -189,6 +191,7 @@ pub async fn commit_staged_with(
         let batch = try_join_all(bases.iter().zip(&live).map(|(base, &i)| async move {
             let part = &staged[i];
             if !part.data_files.is_empty() && !part.create {
+                same_table(&part.table, base)?;
                 same_spec(&part.table, base)?;
             }
             let (requirements, updates) = if part.data_files.is_empty() {

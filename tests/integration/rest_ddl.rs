@@ -695,3 +695,66 @@ async fn purge_never_deletes_outside_the_tables_location() {
     assert_eq!(count(&get(&mut client, &["out", "owner"]).await), 10);
     server.stop().await;
 }
+
+/// A put streaming into a table that is dropped and created again under the same name
+/// (another table, another uuid) fails at its commit naming the table, and lands
+/// nothing in the new table. Catches a commit that reloads the table by name and so
+/// appends the old write's rows to a table that never saw them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_into_a_dropped_and_recreated_table_lands_nothing() {
+    let server = TestServer::start_with(|c| {
+        c.ingest.commit_interval = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    let mut client = server.client().await;
+    within(
+        60,
+        put(&mut client, &["live", "t"], vec![synthetic_batch(0, 10)]),
+    )
+    .await
+    .unwrap();
+    let (batches, mut results) = open_stream(&mut client, &["live", "t"]).await;
+    batches.send(synthetic_batch(10, 10)).await.unwrap();
+    let svc = server.running.service.clone();
+    let budget = &svc.budget;
+    within(60, async {
+        while budget.available_bytes() == budget.total_bytes() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let dropped = call(
+        &server,
+        "DELETE",
+        "/v1/namespaces/live/tables/t",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(dropped, (204, Value::Null));
+    let mut other = server.client().await;
+    within(
+        60,
+        put(&mut other, &["live", "t"], vec![synthetic_batch(100, 5)]),
+    )
+    .await
+    .unwrap();
+    drop(batches);
+    let outcome = within(60, async {
+        let mut last = None;
+        while let Some(item) = results.next().await {
+            if let Err(e) = item {
+                last = Some(e);
+                break;
+            }
+        }
+        last
+    })
+    .await
+    .expect("the put fails");
+    let (code, message) = common::status_of(outcome);
+    assert_eq!(code, tonic::Code::NotFound, "{message}");
+    assert!(message.contains("live.t"), "{message}");
+    let rows = common::get(&mut other, &["live", "t"]).await;
+    assert_eq!(common::count(&rows), 5, "only the new table's own rows");
+    server.stop().await;
+}
