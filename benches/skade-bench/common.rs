@@ -178,36 +178,36 @@ pub(crate) async fn put_keyed(
     batches: Vec<RecordBatch>,
     first_sequence: u64,
 ) -> (Vec<arrow_flight::PutResult>, u64) {
-    let mut next = first_sequence;
-    let data: Vec<arrow_flight::FlightData> = FlightDataEncoderBuilder::new()
+    let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = sent.clone();
+    // Encoded lazily, as `put` does, so both lanes overlap the client's encode with the
+    // server's work. The first message is the schema; every other one is a record batch.
+    let data = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
             "bench".into(),
             table.into(),
         ])))
         .build(futures::stream::iter(batches.into_iter().map(Ok)))
-        .try_collect()
-        .await
-        .expect("encode");
-    // The first message is the schema; every other one is a record batch.
-    let data: Vec<_> = data
-        .into_iter()
         .enumerate()
-        .map(|(i, mut message)| {
-            if i > 0 {
-                message.app_metadata = next.to_string().into_bytes().into();
-                next += 1;
-            }
-            Ok(message)
-        })
-        .collect();
+        .map(move |(i, message)| {
+            message.map(|mut message| {
+                if i > 0 {
+                    let sequence = first_sequence + i as u64 - 1;
+                    message.app_metadata = sequence.to_string().into_bytes().into();
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                message
+            })
+        });
     let acks = client
-        .do_put(futures::stream::iter(data))
+        .do_put(data)
         .await
         .expect("put")
         .try_collect()
         .await
         .expect("acks");
+    let next = first_sequence + sent.load(std::sync::atomic::Ordering::Relaxed);
     (acks, next)
 }
 
