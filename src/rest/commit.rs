@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use iceberg::{Catalog, ErrorKind, TableUpdate};
+use iceberg::{Catalog, TableUpdate};
 
 use super::model::{CommitTableRequest, CommitTableResponse};
 use super::{RestError, body_of, json, table_of};
@@ -72,18 +72,12 @@ pub(super) async fn commit_table(
         .map_err(|e| RestError::of_table(&ident, e))?;
     let lock = crate::write::table_commit_lock(table.metadata().uuid());
     let _turn = lock.lock().await;
-    let committed = catalog
-        .atomic_release_raw(vec![(ident.clone(), request.requirements, request.updates)])
-        .await
-        .map_err(|e| RestError::of_table(&ident, e))?
-        .pop()
-        .ok_or_else(|| RestError::Catalog {
-            name: ident.to_string(),
-            source: Box::new(iceberg::Error::new(
-                ErrorKind::Unexpected,
-                "release returned no table",
-            )),
-        })?;
+    let committed = super::error::released_table(
+        &ident,
+        catalog
+            .atomic_release_raw(vec![(ident.clone(), request.requirements, request.updates)])
+            .await,
+    )?;
     let metadata_location = committed
         .metadata_location_result()
         .map_err(|e| RestError::of_table(&ident, e))?

@@ -171,22 +171,16 @@ pub(super) async fn create_table(
     let planned = catalog
         .plan_table(&ident, creation)
         .map_err(|e| RestError::of_table(&ident, e))?;
-    let table = catalog
-        .atomic_release(vec![Release::Create {
-            table: planned,
-            requirements: Vec::new(),
-            updates: Vec::new(),
-        }])
-        .await
-        .map_err(|e| RestError::of_table(&ident, e))?
-        .pop()
-        .ok_or_else(|| RestError::Catalog {
-            name: ident.to_string(),
-            source: Box::new(iceberg::Error::new(
-                ErrorKind::Unexpected,
-                "release returned no table",
-            )),
-        })?;
+    let table = super::error::released_table(
+        &ident,
+        catalog
+            .atomic_release(vec![Release::Create {
+                table: planned,
+                requirements: Vec::new(),
+                updates: Vec::new(),
+            }])
+            .await,
+    )?;
     let metadata_location = table
         .metadata_location_result()
         .map_err(|e| RestError::of_table(&ident, e))?

@@ -472,6 +472,56 @@ async fn list_endpoints_paginate() {
     server.stop().await;
 }
 
+/// Makes `live.t` with one put, then opens a second put into it that holds one batch
+/// and does not end: returns its batch sender and its results. The stream has opened
+/// the table when this returns (its batch is held against the memory budget, which is
+/// taken after the table is opened).
+async fn held_open_put(
+    server: &TestServer,
+    client: &mut arrow_flight::FlightClient,
+) -> (
+    tokio::sync::mpsc::Sender<arrow_array::RecordBatch>,
+    futures::stream::BoxStream<
+        'static,
+        Result<arrow_flight::PutResult, arrow_flight::error::FlightError>,
+    >,
+) {
+    within(
+        60,
+        put(client, &["live", "t"], vec![synthetic_batch(0, 10)]),
+    )
+    .await
+    .unwrap();
+    let (batches, results) = open_stream(client, &["live", "t"]).await;
+    batches.send(synthetic_batch(10, 10)).await.unwrap();
+    let budget = &server.running.service.budget;
+    within(60, async {
+        while budget.available_bytes() == budget.total_bytes() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    (batches, results)
+}
+
+/// The first error of a put's `results`.
+async fn first_error<S>(results: &mut S) -> arrow_flight::error::FlightError
+where
+    S: futures::Stream<Item = Result<arrow_flight::PutResult, arrow_flight::error::FlightError>>
+        + Unpin,
+{
+    within(60, async {
+        while let Some(item) = results.next().await {
+            if let Err(e) = item {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await
+    .expect("the put fails")
+}
+
 /// A put streaming into a table that is dropped meanwhile fails at its commit naming the
 /// table, and does not bring the table back (the write path's commit reloads the table
 /// under its turn; DDL relies on it).
@@ -483,24 +533,7 @@ async fn a_put_into_a_dropped_table_fails_and_does_not_resurrect_it() {
     .await;
     let catalog = server.running.service.catalog.clone();
     let mut client = server.client().await;
-    within(
-        60,
-        put(&mut client, &["live", "t"], vec![synthetic_batch(0, 10)]),
-    )
-    .await
-    .unwrap();
-    let (batches, mut results) = open_stream(&mut client, &["live", "t"]).await;
-    batches.send(synthetic_batch(10, 10)).await.unwrap();
-    // The stream has opened the table before it is dropped: wait until its batch is
-    // held against the memory budget (taken after the table is opened).
-    let svc = server.running.service.clone();
-    let budget = &svc.budget;
-    within(60, async {
-        while budget.available_bytes() == budget.total_bytes() {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let (batches, mut results) = held_open_put(&server, &mut client).await;
     assert_eq!(
         call(
             &server,
@@ -512,18 +545,7 @@ async fn a_put_into_a_dropped_table_fails_and_does_not_resurrect_it() {
         (204, Value::Null)
     );
     drop(batches);
-    let outcome = within(60, async {
-        let mut last = None;
-        while let Some(item) = results.next().await {
-            if let Err(e) = item {
-                last = Some(e);
-                break;
-            }
-        }
-        last
-    })
-    .await
-    .expect("the put fails");
+    let outcome = first_error(&mut results).await;
     let (code, message) = common::status_of(outcome);
     assert_eq!(code, tonic::Code::NotFound, "{message}");
     assert!(message.contains("live.t"), "{message}");
@@ -707,22 +729,7 @@ async fn a_put_into_a_dropped_and_recreated_table_lands_nothing() {
     })
     .await;
     let mut client = server.client().await;
-    within(
-        60,
-        put(&mut client, &["live", "t"], vec![synthetic_batch(0, 10)]),
-    )
-    .await
-    .unwrap();
-    let (batches, mut results) = open_stream(&mut client, &["live", "t"]).await;
-    batches.send(synthetic_batch(10, 10)).await.unwrap();
-    let svc = server.running.service.clone();
-    let budget = &svc.budget;
-    within(60, async {
-        while budget.available_bytes() == budget.total_bytes() {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let (batches, mut results) = held_open_put(&server, &mut client).await;
     let dropped = call(
         &server,
         "DELETE",
@@ -739,18 +746,7 @@ async fn a_put_into_a_dropped_and_recreated_table_lands_nothing() {
     .await
     .unwrap();
     drop(batches);
-    let outcome = within(60, async {
-        let mut last = None;
-        while let Some(item) = results.next().await {
-            if let Err(e) = item {
-                last = Some(e);
-                break;
-            }
-        }
-        last
-    })
-    .await
-    .expect("the put fails");
+    let outcome = first_error(&mut results).await;
     let (code, message) = common::status_of(outcome);
     assert_eq!(code, tonic::Code::NotFound, "{message}");
     assert!(message.contains("live.t"), "{message}");

@@ -102,28 +102,7 @@ pub async fn http_request_with(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connect http");
-    let extra: String = headers
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\r\n"))
-        .collect();
-    let request = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n");
-    stream.write_all(request.as_bytes()).await.expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("read");
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    http_send(addr, method, path, headers, "").await
 }
 
 /// A minimal HTTP/1.0 request with a JSON `body` (none when empty) and extra headers.
@@ -142,10 +121,15 @@ pub async fn http_send(
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))
         .collect();
-    let request = format!(
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let content = if body.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        )
+    };
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}{content}\r\n{body}");
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("read");
@@ -295,28 +279,8 @@ pub fn count(batches: &[RecordBatch]) -> usize {
     batches.iter().map(RecordBatch::num_rows).sum()
 }
 
-/// Every `*.parquet` file under `dir`.
-/// How many files under `dir` (recursively) have a name `matches` accepts.
-pub fn files_named(dir: &Path, matches: impl Fn(&str) -> bool) -> usize {
-    let mut count = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if matches(&e.file_name().to_string_lossy()) {
-                count += 1;
-            }
-        }
-    }
-    count
-}
-
-pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+/// Every file under `dir` (recursively) whose name `matches` accepts.
+pub fn files_where(dir: &Path, matches: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -327,12 +291,22 @@ pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "parquet") {
+            } else if matches(&e.file_name().to_string_lossy()) {
                 out.push(p);
             }
         }
     }
     out
+}
+
+/// How many files under `dir` (recursively) have a name `matches` accepts.
+pub fn files_named(dir: &Path, matches: impl Fn(&str) -> bool) -> usize {
+    files_where(dir, matches).len()
+}
+
+/// Every `*.parquet` file under `dir`.
+pub fn parquet_files(dir: &Path) -> Vec<PathBuf> {
+    files_where(dir, |name| name.ends_with(".parquet"))
 }
 
 /// Awaits `f` with a timeout so a hang fails the test instead of blocking CI.
