@@ -22,16 +22,16 @@
 //! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
 //! meanwhile fails to start.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use iceberg::Catalog;
-use iceberg::spec::ManifestFile;
 use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::RedbCatalog;
+use super::manifest_cache::ManifestCache;
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]
@@ -203,15 +203,10 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
 /// Gathers the files a table's metadata references, remembering what it read: manifest
 /// lists and manifests are written once and never changed (Iceberg's table spec), so a
 /// walker kept across runs (online cleanup, [`crate::maintenance`]) reads each of them
-/// once, and a run costs only the files new since the last.
+/// once ([`ManifestCache`]), and a run costs only the files new since the last.
 #[derive(Debug, Default)]
 pub struct ReferenceWalker {
-    /// Manifest list path → the manifests it lists.
-    lists: HashMap<String, Vec<ManifestFile>>,
-    /// Manifest path → the data and delete files it names (whatever the entry's status).
-    manifests: HashMap<String, Vec<String>>,
-    /// Paths used since [`Self::forget_unused`] last ran.
-    used: HashSet<String>,
+    cache: ManifestCache,
 }
 
 impl ReferenceWalker {
@@ -244,45 +239,29 @@ impl ReferenceWalker {
         // manifest's files are added once.
         let mut visited = HashSet::new();
         for snapshot in metadata.snapshots() {
-            let list_path = snapshot.manifest_list().to_string();
-            out.insert(local_path(&list_path));
-            if !self.lists.contains_key(&list_path) {
-                let list = table.manifest_list_reader(snapshot).load().await?;
-                self.lists.insert(
-                    list_path.clone(),
-                    list.consume_entries().into_iter().collect(),
-                );
-            }
-            self.used.insert(list_path.clone());
-            for manifest in &self.lists[&list_path] {
-                let path = &manifest.manifest_path;
-                if !visited.insert(path.clone()) {
+            out.insert(local_path(snapshot.manifest_list()));
+            for manifest in self.cache.list(table, snapshot).await?.iter() {
+                if !visited.insert(manifest.manifest_path.clone()) {
                     continue;
                 }
-                out.insert(local_path(path));
-                if !self.manifests.contains_key(path) {
-                    let files = manifest
-                        .load_manifest(table.file_io())
-                        .await?
-                        .entries()
-                        .iter()
-                        .map(|entry| entry.file_path().to_string())
-                        .collect();
-                    self.manifests.insert(path.clone(), files);
-                }
-                self.used.insert(path.clone());
-                out.extend(self.manifests[path].iter().map(|f| local_path(f)));
+                out.insert(local_path(&manifest.manifest_path));
+                let parsed = self.cache.manifest(table.file_io(), manifest).await?;
+                out.extend(parsed.entries().iter().map(|e| local_path(e.file_path())));
             }
         }
         Ok(())
     }
 
+    /// The walker's parsed manifest lists and manifests, for other readers of the same
+    /// tables (table maintenance).
+    pub fn cache(&mut self) -> &mut ManifestCache {
+        &mut self.cache
+    }
+
     /// Drops what was remembered and not used since the last call (files of expired
     /// snapshots), so the walker's memory follows the tables' live metadata.
     pub fn forget_unused(&mut self) {
-        let used = std::mem::take(&mut self.used);
-        self.lists.retain(|path, _| used.contains(path));
-        self.manifests.retain(|path, _| used.contains(path));
+        self.cache.forget_unused();
     }
 }
 

@@ -21,6 +21,7 @@ pub mod durable;
 pub mod fault;
 pub mod gc;
 mod group_commit;
+pub mod manifest_cache;
 pub mod marks;
 mod metadata_cache;
 pub mod object_store;

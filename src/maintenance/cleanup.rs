@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 use iceberg::table::Table;
 
 use crate::catalog::gc::{GcError, ReferenceWalker, files_under, local_path};
+use crate::catalog::manifest_cache::ManifestCache;
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).
@@ -139,6 +140,12 @@ impl Sweeper {
     /// iceberg's error for a manifest list or manifest that cannot be read.
     pub(crate) async fn observe(&mut self, table: &Table) -> iceberg::Result<()> {
         self.walker.references(table, &mut self.referenced).await
+    }
+
+    /// The parsed manifest lists and manifests the sweeps read, for the other jobs of a
+    /// pass (merge, compaction) to read through too.
+    pub(crate) fn manifests(&mut self) -> &mut ManifestCache {
+        self.walker.cache()
     }
 
     /// One sweep over `tables` (every table of the catalog: their references protect

@@ -30,6 +30,7 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
+use crate::catalog::manifest_cache::ManifestCache;
 use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
@@ -77,6 +78,7 @@ pub(crate) async fn rewrite(
     table: &Table,
     manifests: &[ManifestFile],
     target_file_bytes: u64,
+    cache: &mut ManifestCache,
 ) -> Result<Option<Rewrite>> {
     let metadata = table.metadata();
     // A partitioned table is not compacted (a rewritten file must never mix partitions);
@@ -96,7 +98,7 @@ pub(crate) async fn rewrite(
         if manifest.content != ManifestContentType::Data || manifest.partition_spec_id != spec_id {
             continue;
         }
-        for entry in manifest.load_manifest(table.file_io()).await?.entries() {
+        for entry in cache.manifest(table.file_io(), manifest).await?.entries() {
             if entry.is_alive() {
                 live.push(entry.data_file().clone());
             }
@@ -222,6 +224,7 @@ pub(crate) async fn commit_plan(
     table: &Table,
     manifests: &[ManifestFile],
     rewrite: &Rewrite,
+    cache: &mut ManifestCache,
 ) -> Result<Option<Compaction>> {
     let metadata = table.metadata();
     let Some(current) = metadata.current_snapshot() else {
@@ -240,7 +243,7 @@ pub(crate) async fn commit_plan(
             out.push(manifest.clone());
             continue;
         }
-        let loaded = manifest.load_manifest(file_io).await?;
+        let loaded = cache.manifest(file_io, manifest).await?;
         let hits = loaded
             .entries()
             .iter()

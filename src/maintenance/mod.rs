@@ -218,6 +218,9 @@ impl Maintainer {
         if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
             report.errors.push(e);
         }
+        // Every table's retained snapshots were looked at this pass (`maintain`): what
+        // the parsed-manifest cache holds beyond them belongs to expired snapshots.
+        state.sweeper.manifests().forget_unused();
         for e in &report.errors {
             self.metrics
                 .maintenance_errors
@@ -250,6 +253,23 @@ impl Maintainer {
             Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
             Err(e) => return Err(failed("load")(e)),
         };
+        // What the table references now is read and parsed before the commit turn is
+        // taken, so the turn waits only for what the appends of the next moment add.
+        state
+            .sweeper
+            .observe(&table)
+            .await
+            .map_err(failed("cleanup"))?;
+        if let Some(current) = table.metadata().current_snapshot() {
+            let cache = state.sweeper.manifests();
+            let list = cache.list(&table, current).await.map_err(failed("merge"))?;
+            for manifest in list.iter() {
+                cache
+                    .manifest(table.file_io(), manifest)
+                    .await
+                    .map_err(failed("merge"))?;
+            }
+        }
         let lock = table_commit_lock(table.metadata().uuid());
         let turn = lock.lock().await;
         let table = self
@@ -329,9 +349,10 @@ impl Maintainer {
         {
             return Ok((table, count));
         }
-        let list = merge::current_manifests(&table).await?;
+        let cache = state.sweeper.manifests();
+        let list = cache.current(&table).await?;
         let mut count = list.len();
-        if let Some(merged) = merge::plan(&table, &list).await? {
+        if let Some(merged) = merge::plan(&table, &list, cache).await? {
             let (replaced, written) = (merged.replaced, merged.written);
             let (after, bytes) = (merged.manifests_after, merged.replaced_bytes);
             match self
@@ -380,11 +401,13 @@ impl Maintainer {
         if state.compacted.get(&name) == Some(&current) {
             return Ok(());
         }
-        let manifests = merge::current_manifests(&table).await?;
+        let cache = state.sweeper.manifests();
+        let manifests = cache.current(&table).await?;
         let Some(rewrite) = compact::rewrite(
             &table,
             &manifests,
             crate::write::target_file_size(&table, self.target_file_bytes),
+            cache,
         )
         .await?
         else {
@@ -393,8 +416,9 @@ impl Maintainer {
         };
         let _turn = lock.lock().await;
         let table = self.catalog.load_table(ident).await?;
-        let manifests = merge::current_manifests(&table).await?;
-        let Some(plan) = compact::commit_plan(&table, &manifests, &rewrite).await? else {
+        let cache = state.sweeper.manifests();
+        let manifests = cache.current(&table).await?;
+        let Some(plan) = compact::commit_plan(&table, &manifests, &rewrite, cache).await? else {
             debug!(table = %name, "compaction inputs changed; attempt dropped");
             report.conflicts += 1;
             return Ok(());

@@ -30,9 +30,9 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableRequirement, TableUpdate};
 
 use super::WriteError;
+use super::append::stage_append;
 use super::ingest::table_commit_lock;
 use super::schema::iceberg_schema_for;
-use super::stage::stage_fast_append_with;
 use crate::catalog::{RedbCatalog, run_blocking_io};
 
 /// skade's table property that lets a stream evolve the table's schema (`true`; any other
@@ -222,8 +222,7 @@ pub async fn stage_evolving_append(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
-    let (mut requirements, appended) =
-        stage_fast_append_with(&evolved, data_files, properties).await?;
+    let (mut requirements, appended) = stage_append(&evolved, data_files, properties).await?;
     requirements.push(TableRequirement::CurrentSchemaIdMatch {
         current_schema_id: change.base_schema_id,
     });

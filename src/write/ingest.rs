@@ -11,7 +11,9 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 
 use super::WriteError;
+use super::append::stage_append;
 use super::encode::{EncodedFile, WriteProps, encode_groups};
+use crate::catalog::RedbCatalog;
 
 /// What an ingest made visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -259,6 +261,50 @@ pub async fn commit_files_with(
         .map_err(|e| WriteError::catalog(table.identifier(), e))
 }
 
+/// Commits `data_files` to `table` as one append (a merge append,
+/// [`super::append::stage_append`]) through `catalog`'s commit path, a one-table
+/// [`RedbCatalog::atomic_release_raw`], under this process's commit turn on the table
+/// (Lane 1's commits; [`commit_files_with`] is the same over any [`Catalog`] with
+/// iceberg's fast append). `properties` go into the snapshot summary. Returns the table
+/// once the commit is durable.
+///
+/// # Errors
+/// As [`commit_files_with`].
+///
+/// # Cancel safety
+/// As [`commit_files`].
+pub async fn commit_append(
+    catalog: &RedbCatalog,
+    table: &Table,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<Table, WriteError> {
+    let ident = table.identifier();
+    let lock = table_commit_lock(table.metadata().uuid());
+    let _turn = lock.lock().await;
+    let current = catalog
+        .load_table(ident)
+        .await
+        .map_err(|e| WriteError::catalog(ident, e))?;
+    same_table(table, &current)?;
+    same_spec(table, &current)?;
+    let (requirements, updates) = stage_append(&current, data_files, properties)
+        .await
+        .map_err(|e| WriteError::catalog(ident, e))?;
+    catalog
+        .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
+        .await
+        .and_then(|mut tables| {
+            tables.pop().ok_or_else(|| {
+                iceberg::Error::new(
+                    iceberg::ErrorKind::Unexpected,
+                    "the release returned no table",
+                )
+            })
+        })
+        .map_err(|e| WriteError::catalog(ident, e))
+}
+
 /// Checks that `current` (the table as it stands under this name) is the table the data
 /// files were written for: a table dropped and created again under the same name while
 /// a write was open is another table (another uuid), and the write must not land in it.
@@ -274,7 +320,8 @@ pub fn same_table(written: &Table, current: &Table) -> Result<(), WriteError> {
         iceberg::Error::new(
             iceberg::ErrorKind::TableNotFound,
             format!(
-                "table {} was dropped (and another table created under its name) while                  these rows were being written; nothing of them is committed",
+                "table {} was dropped (and another table created under its name) while \
+                 these rows were being written; nothing of them is committed",
                 written.identifier()
             ),
         ),

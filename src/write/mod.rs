@@ -2,18 +2,19 @@
 //!
 //! What each server lane runs:
 //! - **Lane 1** (`DoPut` on a `PATH`): a [`Batcher`] cuts the stream into files that
-//!   encode as rows arrive, and [`ingest_pipelined_overlap_stream`] writes them while its
-//!   committer, beside the writer, commits every few files (one fast append each,
-//!   through the catalog's `update_table`, which is a one-table
+//!   encode as rows arrive, and [`ingest_pipelined_overlap_stream_evolving`] (the
+//!   stream form of [`ingest_pipelined_overlap`]) writes them while its committer,
+//!   beside the writer, commits every few files (one merge append each, [`mod@append`]'s
+//!   [`stage_append`], through a one-table
 //!   [`crate::catalog::RedbCatalog::atomic_release_raw`]).
 //! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
 //!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
-//!   [`ingest_multi`]: every table in ONE redb write transaction
+//!   [`ingest_multi`]: a merge append per table, every table in ONE redb write transaction
 //!   ([`crate::catalog::RedbCatalog::atomic_release`], `atomic_release_raw` plus the
 //!   creation of tables the transaction made).
 //!
 //! The design notes' other entry points stay public as the library API their tests pin
-//! (`docs/design/`): [`append`] and [`ingest_parallel`] (one snapshot from collected
+//! (`docs/design/`): [`fn@append`] and [`ingest_parallel`] (one snapshot from collected
 //! groups), [`ingest_pipelined`] (the serial baseline the overlap is compared with),
 //! [`ingest_pipelined_overlap`] (the overlap over collected groups, a thin wrapper of the
 //! stream form), [`encode_pipelined`] and [`encode_and_write_files`], and [`ingest_multi`]
@@ -29,13 +30,18 @@
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
 //! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
 //!   stream's first data.
-//! - [`stage`]: a fast append's `(requirements, updates)` without moving the pointer.
+//! - [`mod@append`]: the append both lanes commit (Java's merge append; never re-reads
+//!   the manifest list it wrote), and [`merge`], the manifest-merge rules it shares with
+//!   table maintenance.
+//! - [`stage`]: iceberg's fast append's `(requirements, updates)` without moving the
+//!   pointer.
 //! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
 //!   commit, the per-table commit turn) and the single-commit lanes.
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
 //! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `commit_staged`).
 //! - [`budget`]: the shared memory budget for rows in flight.
 
+pub mod append;
 pub mod batcher;
 pub mod budget;
 pub mod conform;
@@ -43,6 +49,7 @@ pub mod encode;
 pub mod evolve;
 pub mod file_stats;
 pub mod ingest;
+pub mod merge;
 pub mod multi;
 pub mod parallel;
 pub mod partition;
@@ -51,6 +58,7 @@ pub mod schema;
 pub mod stage;
 pub mod types;
 
+pub use append::stage_append;
 pub use batcher::{
     BatchLimits, Batcher, FileSink, FullFile, TARGET_FILE_SIZE_PROPERTY, batch_bytes,
     target_file_size,

@@ -16,6 +16,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind};
 
 use super::WriteError;
+use super::append::stage_append;
 use super::conform::ConformOptions;
 use super::encode::WriteProps;
 use super::evolve::{SchemaChange, evolved_handle, stage_evolving_append};
@@ -23,7 +24,6 @@ use super::ingest::{
     FileNames, IngestStats, encode, same_spec, same_table, table_commit_lock, write_files,
 };
 use super::schema::{conform_batch_with, table_arrow_schema};
-use super::stage::stage_fast_append_with;
 use crate::catalog::{RedbCatalog, Release, run_blocking_io};
 
 /// Times a multi-table commit is re-staged on the tables' new state after a conflicting
@@ -212,7 +212,7 @@ pub async fn commit_staged_with(
                         Some((evolved, change)) => {
                             stage_evolving_append(evolved, &change, files, properties).await
                         }
-                        None => stage_fast_append_with(&table, files, properties).await,
+                        None => stage_append(&table, files, properties).await,
                     }
                 })
                 .await

@@ -29,7 +29,8 @@ use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
 use super::evolve::{SchemaChange, commit_evolving};
 use super::ingest::{
-    FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
+    FileNames, IngestStats, commit_append, commit_files, commit_files_with, encode, write_file,
+    write_files,
 };
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
@@ -200,7 +201,7 @@ pub async fn ingest_pipelined_overlap_stream(
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     overlap(
-        catalog,
+        Committer::Any(catalog),
         table,
         segments,
         files_per_commit,
@@ -234,15 +235,14 @@ pub async fn ingest_pipelined_overlap_stream_evolving(
     change: Option<SchemaChange>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
-    let evolve = change.map(|change| (catalog, change));
     overlap(
-        catalog,
+        Committer::Redb(catalog),
         table,
         segments,
         files_per_commit,
         props,
         writer_id,
-        evolve,
+        change,
         on_commit,
     )
     .await
@@ -256,6 +256,16 @@ fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
     }
 }
 
+/// Where the overlapped committer commits: skade's catalog (merge appends through
+/// [`commit_append`], and the schema change of an evolving stream), or any catalog
+/// (iceberg's fast append through [`commit_files_with`], the design notes' library
+/// form).
+#[derive(Clone, Copy)]
+enum Committer<'a> {
+    Redb(&'a RedbCatalog),
+    Any(&'a dyn Catalog),
+}
+
 /// What the writer hands the committer, in submission order.
 enum Written {
     /// A written file, the producer sequences it holds, and whether a commit may end
@@ -266,13 +276,13 @@ enum Written {
 
 #[allow(clippy::too_many_arguments)]
 async fn overlap(
-    catalog: &dyn Catalog,
+    catalog: Committer<'_>,
     table: &Table,
     input: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
     props: &WriteProps,
     writer_id: Option<&str>,
-    mut evolve: Option<(&RedbCatalog, SchemaChange)>,
+    mut evolve: Option<SchemaChange>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let depth = props.channel_depth.max(1);
@@ -332,11 +342,16 @@ async fn overlap(
                     }
                     _ => HashMap::new(),
                 };
-                table = match evolve.take() {
-                    Some((redb, change)) => {
+                table = match (catalog, evolve.take()) {
+                    (Committer::Redb(redb), Some(change)) => {
                         commit_evolving(redb, &table, &change, files, properties).await?
                     }
-                    None => commit_files_with(catalog, &table, files, properties).await?,
+                    (Committer::Redb(redb), None) => {
+                        commit_append(redb, &table, files, properties).await?
+                    }
+                    (Committer::Any(any), _) => {
+                        commit_files_with(any, &table, files, properties).await?
+                    }
                 };
                 stats.rows += committed.rows;
                 stats.files += committed.files;

@@ -20,6 +20,7 @@ mod ingest_multi;
 mod ingest_overlap;
 mod lifecycle;
 mod maintenance;
+mod merge_append;
 mod operability;
 mod parallel_encode;
 mod partitioning;

@@ -74,6 +74,10 @@ async fn set_properties(catalog: &RedbCatalog, name: &str, props: &[(&str, &str)
     tx.commit(catalog).await.unwrap();
 }
 
+/// Manifest merging off (a merge is a snapshot and a metadata JSON of its own): for the
+/// tests of the other jobs.
+const NO_MERGE: (&str, &str) = ("commit.manifest-merge.enabled", "false");
+
 /// A fresh catalog with table `ns.t` (properties `props`) after `commits` appends of
 /// `rows` rows each (ids from 0).
 async fn table_after(props: &[(&str, &str)], commits: i64, rows: usize) -> CatalogDir {
@@ -146,7 +150,8 @@ fn expected_ids(n: i64, rows: i64) -> BTreeSet<i64> {
 /// snapshot references (a retained scan fails), cleanup not removing what expiry freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_expiry_keeps_the_newest_and_every_retained_snapshot_reads() {
-    let c = table_after(&[], 30, 3).await;
+    // Manifest merging off, so the expiry's effect is seen alone.
+    let c = table_after(&[NO_MERGE], 30, 3).await;
     let m = maintainer(&c, 10, Duration::ZERO);
     let report = pass(&m).await;
     assert_eq!(report.snapshots_expired, 20);
@@ -182,7 +187,12 @@ async fn count_expiry_keeps_the_newest_and_every_retained_snapshot_reads() {
 /// a snapshot a tag needs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn iceberg_min_snapshots_and_tags_win_over_the_count_bound() {
-    let c = table_after(&[("history.expire.min-snapshots-to-keep", "12")], 20, 2).await;
+    let c = table_after(
+        &[("history.expire.min-snapshots-to-keep", "12"), NO_MERGE],
+        20,
+        2,
+    )
+    .await;
     let m = maintainer(&c, 5, Duration::ZERO);
     pass(&m).await;
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
@@ -250,7 +260,7 @@ async fn metadata_json_retention_follows_the_iceberg_properties() {
         set_properties(
             &c.catalog,
             name,
-            &[("write.metadata.previous-versions-max", "5")],
+            &[("write.metadata.previous-versions-max", "5"), NO_MERGE],
         )
         .await;
     }
@@ -274,7 +284,7 @@ async fn metadata_json_retention_follows_the_iceberg_properties() {
     assert_eq!(ids(&table, None).await, expected_ids(20, 1));
 }
 
-/// 120 commits at the default merge rules (`commit.manifest.min-count-to-merge` 100,
+/// 120 commits at the default merge rules (`commit.manifest.min-count-to-merge` 16,
 /// 8 MiB target): before the pass the current snapshot lists 120 manifests, after it one,
 /// in a `replace` snapshot that reads the same rows; appends keep working on top of it
 /// and every retained snapshot (before and after the merge) reads back completely.

@@ -1,0 +1,192 @@
+//! Manifest lists and manifests read once, parsed once.
+//!
+//! Manifest lists and manifests are written once and never changed (Iceberg table spec,
+//! "Manifest Lists" and "Manifests"), so a parsed one serves every later reader. Table
+//! maintenance reads the same files several times a pass — cleanup's references, the
+//! manifest merge, compaction's choice of inputs and its check under the commit turn —
+//! and parsing a manifest (Avro, with its schema) costs far more than looking it up, so
+//! all of them read through one [`ManifestCache`] kept across passes. What a pass no
+//! longer uses (files of expired snapshots) is dropped by [`ManifestCache::forget_unused`],
+//! so the cache follows the tables' live metadata, not their age.
+//!
+//! What this process writes, it never reads back: the append producer
+//! (`write::append`) and maintenance hand the manifest lists and manifests they write to
+//! [`remember_list`] / [`remember_manifest`], a small process-wide cache of recent files
+//! that every [`ManifestCache`] and the next append consult before the storage
+//! (issue #14: "the committer never re-reads or re-parses what it wrote").
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use iceberg::io::FileIO;
+use iceberg::spec::{Manifest, ManifestFile, SnapshotRef};
+use iceberg::table::Table;
+
+/// Parsed manifest lists (by path: the manifests they list) and manifests (by path).
+#[derive(Debug, Default)]
+pub struct ManifestCache {
+    lists: HashMap<String, Arc<[ManifestFile]>>,
+    manifests: HashMap<String, Arc<Manifest>>,
+    /// Paths looked up since [`Self::forget_unused`] last ran.
+    used: HashSet<String>,
+}
+
+impl ManifestCache {
+    /// The manifests `snapshot` of `table` lists, in list order; read and parsed only the
+    /// first time.
+    ///
+    /// # Errors
+    /// iceberg's error when the manifest list cannot be read or parsed.
+    pub async fn list(
+        &mut self,
+        table: &Table,
+        snapshot: &SnapshotRef,
+    ) -> iceberg::Result<Arc<[ManifestFile]>> {
+        let path = snapshot.manifest_list();
+        if let Some(list) = self.lists.get(path) {
+            self.used.insert(path.to_string());
+            return Ok(list.clone());
+        }
+        let list = read_list(table, snapshot).await?;
+        self.used.insert(path.to_string());
+        self.lists.insert(path.to_string(), list.clone());
+        Ok(list)
+    }
+
+    /// The manifests of `table`'s current snapshot (none for a table without snapshots).
+    ///
+    /// # Errors
+    /// As [`Self::list`].
+    pub async fn current(&mut self, table: &Table) -> iceberg::Result<Arc<[ManifestFile]>> {
+        match table.metadata().current_snapshot() {
+            Some(snapshot) => self.list(table, snapshot).await,
+            None => Ok(Arc::from(Vec::new())),
+        }
+    }
+
+    /// The parsed manifest `manifest` names, read through `file_io` only the first time.
+    ///
+    /// # Errors
+    /// iceberg's error when the manifest cannot be read or parsed.
+    pub async fn manifest(
+        &mut self,
+        file_io: &FileIO,
+        manifest: &ManifestFile,
+    ) -> iceberg::Result<Arc<Manifest>> {
+        let path = &manifest.manifest_path;
+        self.used.insert(path.clone());
+        if let Some(parsed) = self.manifests.get(path) {
+            return Ok(parsed.clone());
+        }
+        let parsed = read_manifest(file_io, manifest).await?;
+        self.manifests.insert(path.clone(), parsed.clone());
+        Ok(parsed)
+    }
+
+    /// Drops what was not looked up since the last call (the files of expired snapshots
+    /// and of dropped tables).
+    pub fn forget_unused(&mut self) {
+        let used = std::mem::take(&mut self.used);
+        self.lists.retain(|path, _| used.contains(path));
+        self.manifests.retain(|path, _| used.contains(path));
+    }
+
+    /// Manifest lists and manifests held.
+    pub fn len(&self) -> usize {
+        self.lists.len() + self.manifests.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Recent files kept process-wide, at most this many of each kind (the oldest is
+/// forgotten first). Enough for the current manifest list and the manifests awaiting a
+/// merge of many busy tables; a miss only costs a read.
+const RECENT_MAX: usize = 2048;
+
+/// The process-wide cache of manifest lists and manifests written (or read) lately.
+#[derive(Default)]
+struct Recent {
+    lists: HashMap<String, Arc<[ManifestFile]>>,
+    list_order: VecDeque<String>,
+    manifests: HashMap<String, Arc<Manifest>>,
+    manifest_order: VecDeque<String>,
+}
+
+fn recent() -> MutexGuard<'static, Recent> {
+    static RECENT: LazyLock<Mutex<Recent>> = LazyLock::new(Mutex::default);
+    // A panic while holding the lock leaves consistent maps (each change is one call).
+    RECENT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Remembers the manifest list at `path` (as the writer finished it: sequence numbers
+/// assigned), so a later reader of it in this process does not read the file.
+pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
+    let mut recent = recent();
+    if recent.lists.insert(path.to_string(), manifests).is_none() {
+        recent.list_order.push_back(path.to_string());
+    }
+    while recent.list_order.len() > RECENT_MAX {
+        if let Some(old) = recent.list_order.pop_front() {
+            recent.lists.remove(&old);
+        }
+    }
+}
+
+/// Remembers the manifest at `path` as a reader of the file would see it (entries'
+/// snapshot ids and sequence numbers inherited), so a later reader of it in this
+/// process does not read or parse the file.
+pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
+    let mut recent = recent();
+    if recent
+        .manifests
+        .insert(path.to_string(), manifest)
+        .is_none()
+    {
+        recent.manifest_order.push_back(path.to_string());
+    }
+    while recent.manifest_order.len() > RECENT_MAX {
+        if let Some(old) = recent.manifest_order.pop_front() {
+            recent.manifests.remove(&old);
+        }
+    }
+}
+
+/// The manifests `snapshot` of `table` lists: remembered, or read from the storage.
+///
+/// # Errors
+/// iceberg's error when the manifest list cannot be read or parsed.
+pub async fn read_list(
+    table: &Table,
+    snapshot: &SnapshotRef,
+) -> iceberg::Result<Arc<[ManifestFile]>> {
+    if let Some(list) = recent().lists.get(snapshot.manifest_list()) {
+        return Ok(list.clone());
+    }
+    Ok(table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await?
+        .consume_entries()
+        .into_iter()
+        .collect())
+}
+
+/// The parsed manifest `manifest` names: remembered, or read and parsed.
+///
+/// # Errors
+/// iceberg's error when the manifest cannot be read or parsed.
+pub async fn read_manifest(
+    file_io: &FileIO,
+    manifest: &ManifestFile,
+) -> iceberg::Result<Arc<Manifest>> {
+    if let Some(parsed) = recent().manifests.get(&manifest.manifest_path) {
+        return Ok(parsed.clone());
+    }
+    Ok(Arc::new(manifest.load_manifest(file_io).await?))
+}

@@ -1,0 +1,209 @@
+//! The append skade's lanes commit: Iceberg Java's merge append, built on iceberg's
+//! manifest and manifest-list writers, that never reads back what this process wrote.
+//!
+//! iceberg 0.10.1's fast append ([`super::stage::stage_fast_append`]) reads the parent
+//! snapshot's manifest list from storage on every commit and carries every manifest on,
+//! so a table's manifest list — and each commit's and each reader's cost — grows with
+//! every append until something merges it. This append instead:
+//! - writes one manifest of the new data files (entries `ADDED`, sequence numbers
+//!   inherited from the manifest list, as the fast append writes them);
+//! - takes the parent's manifests from the process's cache of the lists it wrote or
+//!   read ([`crate::catalog::manifest_cache`]), reading the file only on a miss;
+//! - merges the list inline when the table's merge rules say so ([`super::merge`]:
+//!   `commit.manifest-merge.enabled`, `commit.manifest.min-count-to-merge`,
+//!   `commit.manifest.target-size-bytes`), as Java's `MergeAppend` does (table spec:
+//!   the merged entries are `EXISTING` with their original snapshot ids and sequence
+//!   numbers);
+//! - writes the manifest list and returns the commit: `AddSnapshot` (operation
+//!   `append`, summary as Java's `SnapshotProducer` computes it) and `SetSnapshotRef
+//!   main`, with the table's uuid and `main` at the parent as requirements.
+//!
+//! Format v1 and v3 tables (v3 assigns row ids in the manifest list) take iceberg's fast
+//! append unchanged.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::spec::{
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestEntry, ManifestFile, ManifestListWriter,
+    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
+    SnapshotRetention, SnapshotSummaryCollector, Summary, TableProperties,
+    UNASSIGNED_SEQUENCE_NUMBER,
+};
+use iceberg::table::Table;
+use iceberg::{Result, TableRequirement, TableUpdate};
+
+use super::merge::{as_listed, as_read, merge_manifests, now_ms, unique_snapshot_id};
+use super::stage::stage_fast_append_with;
+use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
+
+/// Stages `data_files` as one append on `table` (module docs): writes its manifest, any
+/// merged manifests and its manifest list, and returns its `(requirements, updates)`.
+/// `properties` go into the snapshot summary beside the computed `added-*` / `total-*`
+/// figures (which win on a collision, as in Java). The catalog is not touched; the
+/// files written are orphans until the commit lands.
+///
+/// # Errors
+/// iceberg's error for a manifest list or manifest that cannot be read or written.
+pub async fn stage_append(
+    table: &Table,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let metadata = table.metadata();
+    if metadata.format_version() != FormatVersion::V2 || data_files.is_empty() {
+        return stage_fast_append_with(table, data_files, properties).await;
+    }
+    let snapshot_id = unique_snapshot_id(table);
+    let commit_uuid = uuid::Uuid::now_v7();
+    let sequence_number = metadata.next_sequence_number();
+    let parent = metadata.current_snapshot();
+    let summary = summary(table, &data_files, properties);
+
+    let spec = metadata.default_partition_spec().as_ref().clone();
+    let path = format!("{}/metadata/{commit_uuid}-m-new.avro", metadata.location());
+    let mut writer = ManifestWriterBuilder::new(
+        table.file_io().new_output(&path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        spec.clone(),
+    )
+    .build_v2_data();
+    let mut entries = Vec::with_capacity(data_files.len());
+    for data_file in data_files {
+        // Sequence numbers left to inheritance (a negative number is "unassigned").
+        writer.add_file(data_file.clone(), UNASSIGNED_SEQUENCE_NUMBER)?;
+        // As a reader sees it: snapshot id and sequence numbers inherited.
+        entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(snapshot_id)
+                .sequence_number(sequence_number)
+                .file_sequence_number(sequence_number)
+                .data_file(data_file)
+                .build(),
+        );
+    }
+    let mut added = writer.write_manifest_file().await?;
+    remember_manifest(&path, Arc::new(as_read(table, &spec, entries)));
+    // The list as a reader gets it (Java puts the new manifest first).
+    added.sequence_number = sequence_number;
+    added.min_sequence_number = sequence_number;
+    let mut manifests: Vec<ManifestFile> = vec![added];
+    if let Some(parent) = parent {
+        manifests.extend(read_list(table, parent).await?.iter().cloned());
+    }
+    let mut cache = ManifestCache::default();
+    if let Some(merged) =
+        merge_manifests(table, snapshot_id, commit_uuid, &manifests, &mut cache).await?
+    {
+        manifests = merged.manifests;
+    }
+
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let parent_id = parent.map(|p| p.snapshot_id());
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        parent_id,
+        sequence_number,
+    );
+    list.add_manifests(manifests.iter().cloned())?;
+    list.close().await?;
+    remember_list(
+        &list_path,
+        as_listed(manifests, snapshot_id, sequence_number),
+    );
+
+    let snapshot = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent_id)
+        .with_sequence_number(sequence_number)
+        .with_summary(summary)
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
+        .build();
+    Ok((
+        vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_string(),
+                snapshot_id: parent_id,
+            },
+        ],
+        vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: MAIN_BRANCH.to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::branch(None, None, None),
+                ),
+            },
+        ],
+    ))
+}
+
+/// The summary of an append of `data_files` to `table`: `properties`, then the
+/// `added-*` figures of iceberg's [`SnapshotSummaryCollector`] (partition summaries up
+/// to `write.summary.partition-limit`), then every `total-*` as the parent's total plus
+/// what this snapshot adds (Java's `SnapshotProducer.summary`, the spec's "Snapshot
+/// Summary" section).
+fn summary(table: &Table, data_files: &[DataFile], properties: HashMap<String, String>) -> Summary {
+    let metadata = table.metadata();
+    let mut collector = SnapshotSummaryCollector::default();
+    collector.set_partition_summary_limit(
+        metadata
+            .properties()
+            .get(TableProperties::PROPERTY_WRITE_PARTITION_SUMMARY_LIMIT)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(TableProperties::PROPERTY_WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT),
+    );
+    for data_file in data_files {
+        collector.add_file(
+            data_file,
+            metadata.current_schema().clone(),
+            metadata.default_partition_spec().clone(),
+        );
+    }
+    let mut summary = properties;
+    summary.extend(collector.build());
+    let previous = metadata
+        .current_snapshot()
+        .map(|s| &s.summary().additional_properties);
+    for (total, added) in TOTALS {
+        // Java's `updateTotal`: no parent counts from zero; a parent without the total,
+        // or with one that is not a count, leaves it out.
+        let before = match previous.map(|p| p.get(*total)) {
+            None => Some(0),
+            Some(value) => value.and_then(|v| v.parse::<u64>().ok()),
+        };
+        let add = summary
+            .get(*added)
+            .map_or(Some(0), |v| v.parse::<u64>().ok());
+        if let (Some(before), Some(add)) = (before, add) {
+            summary.insert(total.to_string(), (before + add).to_string());
+        }
+    }
+    Summary {
+        operation: Operation::Append,
+        additional_properties: summary,
+    }
+}
+
+/// Each `total-*` summary figure and the `added-*` one an append adds to it (an append
+/// removes nothing).
+const TOTALS: &[(&str, &str)] = &[
+    ("total-data-files", "added-data-files"),
+    ("total-delete-files", "added-delete-files"),
+    ("total-records", "added-records"),
+    ("total-files-size", "added-files-size"),
+    ("total-position-deletes", "added-position-deletes"),
+    ("total-equality-deletes", "added-equality-deletes"),
+];
