@@ -42,8 +42,10 @@ use redb::{Database, ReadableTable};
 type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
+use super::counters::REDB_COMMITS;
+use super::durable;
 use super::marks::{MarkAdvance, MarkTables};
-use super::{NAMESPACES, REDB_COMMITS, TABLES, durable};
+use super::store::{NAMESPACES, TABLES};
 
 /// One pointer flip of a release.
 #[derive(Debug, Clone)]
