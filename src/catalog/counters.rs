@@ -1,10 +1,15 @@
-//! Counting data commits: the process-global commit-fsync count and each catalog's own.
+//! Counting data commits: the process-global commit-fsync count and each catalog's own,
+//! both recorded at one place ([`Counters::record_commit`], called once per durable
+//! group-commit transaction). The metrics `skade_catalog_commits_total` and
+//! `skade_file_syncs_total` read a catalog's counts at scrape time ([`CommitCounts`],
+//! `crate::metrics::Metrics::count_catalog`); nothing else keeps them.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::RedbCatalog;
 
-pub(super) static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
+static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 
 /// Process-global count of durable redb write transactions on the data paths. Each is
 /// one fsync at `Durability::Immediate`, so this is the write path's commit-fsync count
@@ -19,21 +24,51 @@ pub fn redb_commit_count() -> u64 {
     REDB_COMMITS.load(Ordering::Relaxed)
 }
 
-impl RedbCatalog {
-    /// Also counts every data commit transaction of this catalog on `counter` (the
-    /// `skade_catalog_commits_total` metric; see [`Self::commit_count`]). Only the first
-    /// counter given is used.
-    pub fn with_commit_counter(self, counter: prometheus::IntCounter) -> Self {
-        let _ = self.committer.counters.on_commit.set(counter);
-        self
+/// The data-commit counters of one catalog instance.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    /// Durable redb write transactions (one fsync each).
+    commits: AtomicU64,
+    /// Warehouse syncs made before those transactions committed.
+    syncs: AtomicU64,
+}
+
+impl Counters {
+    /// Records one durable data-commit transaction, in this catalog's count and the
+    /// process-global [`redb_commit_count`]; returns this catalog's count after it.
+    pub(super) fn record_commit(&self) -> u64 {
+        REDB_COMMITS.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Also counts every warehouse sync of this catalog's data commits on `counter` (the
-    /// `skade_file_syncs_total` metric; see [`Self::sync_count`]). Only the first counter
-    /// given is used.
-    pub fn with_sync_counter(self, counter: prometheus::IntCounter) -> Self {
-        let _ = self.committer.counters.on_sync.set(counter);
-        self
+    /// Records one warehouse sync made for a data commit.
+    pub(super) fn record_sync(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A shared read handle of one catalog's data-commit counts ([`RedbCatalog::commit_counts`]);
+/// holding it does not keep the catalog (or its redb file) open.
+#[derive(Debug, Clone)]
+pub struct CommitCounts(pub(super) Arc<Counters>);
+
+impl CommitCounts {
+    /// As [`RedbCatalog::commit_count`].
+    pub fn commits(&self) -> u64 {
+        self.0.commits.load(Ordering::Relaxed)
+    }
+
+    /// As [`RedbCatalog::sync_count`].
+    pub fn syncs(&self) -> u64 {
+        self.0.syncs.load(Ordering::Relaxed)
+    }
+}
+
+impl RedbCatalog {
+    /// A handle that reads this catalog's [`Self::commit_count`] and [`Self::sync_count`]
+    /// (what the metrics `skade_catalog_commits_total` and `skade_file_syncs_total` show).
+    pub fn commit_counts(&self) -> CommitCounts {
+        CommitCounts(self.committer.counters.clone())
     }
 
     /// Durable data-path redb write transactions made through this catalog instance =
@@ -42,7 +77,7 @@ impl RedbCatalog {
     /// together; a transaction in which every commit conflicted is rolled back and does
     /// not count.
     pub fn commit_count(&self) -> u64 {
-        self.committer.counters.commits.load(Ordering::Relaxed)
+        self.commit_counts().commits()
     }
 
     /// Warehouse syncs ([`super::durable::sync_warehouse`], one `syncfs(2)` each) made for this
@@ -51,6 +86,6 @@ impl RedbCatalog {
     /// before it commits (a commit that loses a race no longer syncs). Table creation
     /// (DDL) syncs too but is not counted, as for [`Self::commit_count`].
     pub fn sync_count(&self) -> u64 {
-        self.committer.counters.syncs.load(Ordering::Relaxed)
+        self.commit_counts().syncs()
     }
 }

@@ -52,7 +52,7 @@ use iceberg::{Result, TableIdent};
 use redb::Database;
 
 pub use blocking::run_blocking_io;
-pub use counters::redb_commit_count;
+pub use counters::{CommitCounts, redb_commit_count};
 pub use error::is_lock_error;
 use error::{io_error, redb_error};
 use group_commit::Committer;
