@@ -56,8 +56,8 @@ pub enum TokenFileError {
 pub struct Tokens {
     path: PathBuf,
     set: RwLock<Arc<HashSet<String>>>,
-    /// `skade_auth_failures_total`, once the server's metrics exist.
-    refusals: std::sync::OnceLock<prometheus::IntCounterVec>,
+    /// The server's metrics (`skade_auth_failures_total`), once they exist.
+    refusals: std::sync::OnceLock<crate::metrics::Metrics>,
 }
 
 impl Tokens {
@@ -106,16 +106,16 @@ impl Tokens {
         })
     }
 
-    /// Counts every refusal on `counter` (label `surface`, see
-    /// [`crate::metrics::AUTH_FAILURES_TOTAL`]). Only the first counter given is used.
-    pub fn count_refusals(&self, counter: prometheus::IntCounterVec) {
-        let _ = self.refusals.set(counter);
+    /// Counts every refusal on `metrics` ([`crate::metrics::AUTH_FAILURES_TOTAL`], label
+    /// `surface`). Only the first metrics given are used.
+    pub fn count_refusals(&self, metrics: crate::metrics::Metrics) {
+        let _ = self.refusals.set(metrics);
     }
 
     /// Records one refused call on `surface` (`flight` or `rest`).
     pub fn refused(&self, surface: &str) {
-        if let Some(counter) = self.refusals.get() {
-            counter.with_label_values(&[surface]).inc();
+        if let Some(metrics) = self.refusals.get() {
+            metrics.record_auth_failure(surface);
         }
     }
 

@@ -43,16 +43,9 @@ async fn render_metrics(State(service): State<Arc<Service>>) -> impl IntoRespons
     let held = budget
         .total_bytes()
         .saturating_sub(budget.available_bytes());
-    metrics
-        .memory_reserved_bytes
-        .set(i64::try_from(held).unwrap_or(i64::MAX));
-    if let Ok((writers, _)) = service.catalog.writers(None).await {
-        metrics
-            .writers
-            .set(i64::try_from(writers).unwrap_or(i64::MAX));
-    }
+    let writers = service.catalog.writers(None).await.ok().map(|(n, _)| n);
     let ready = check_ready(&service).await.is_ok();
-    metrics.ready.set(i64::from(ready));
+    metrics.set_scrape_state(held, writers, ready);
     (
         [(
             header::CONTENT_TYPE,

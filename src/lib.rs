@@ -229,21 +229,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics_addr = local_addr(&metrics_listener, "--metrics-addr")?;
     let metrics = Metrics::new();
     if let Some(tokens) = &tokens {
-        tokens.count_refusals(metrics.auth_failures.clone());
+        tokens.count_refusals(metrics.clone());
     }
     let warehouse = warehouse.with_object_store_metrics(metrics.object_store());
-    let catalog = open_catalog(&config.data_dir, warehouse)?
-        .with_commit_counter(metrics.catalog_commits.clone())
-        .with_sync_counter(metrics.file_syncs.clone());
+    let catalog = open_catalog(&config.data_dir, warehouse)?;
+    metrics.count_catalog(catalog.commit_counts());
     if let Some(local) = catalog.warehouse().local_path() {
         error::hide_in_statuses(local, "<warehouse>");
     }
     if let Ok(data_dir) = std::path::absolute(&config.data_dir) {
         error::hide_in_statuses(&data_dir, "<data-dir>");
     }
-    metrics
-        .put_streams_max
-        .set(i64::try_from(config.ingest.max_streams.get()).unwrap_or(i64::MAX));
     let service = Arc::new(Service {
         catalog: Arc::new(catalog),
         metrics: metrics.clone(),
@@ -263,12 +259,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         auth::reload_on_sighup(tokens, service.shutdown.clone())
             .map_err(|e| StartError::Serve(format!("cannot listen for SIGHUP: {e}")))?;
     }
-    metrics
-        .memory_budget_bytes
-        .set(i64::try_from(service.budget.total_bytes()).unwrap_or(i64::MAX));
-    metrics
-        .writers_max
-        .set(i64::try_from(config.ingest.max_writers.get()).unwrap_or(i64::MAX));
+    metrics.set_limits(
+        config.ingest.max_streams.get(),
+        service.budget.total_bytes(),
+        config.ingest.max_writers.get(),
+    );
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
     flight::spawn_writer_expiry(Arc::downgrade(&service));
     let maintenance = config.maintenance.enabled.then(|| {

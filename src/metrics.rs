@@ -1,12 +1,21 @@
 //! Every metric skade exports, by name (docs/SERVICE.md, "Metrics"), and their registry.
 //!
 //! Each server owns its own [`Metrics`] (a `prometheus::Registry`), so several servers in
-//! one process — as in the tests — count separately.
+//! one process — as in the tests — count separately. Every event is recorded through one
+//! method of [`Metrics`] (`record_*`, `set_*`, or a guard such as [`ActiveStream`]); the
+//! handles are private. The commit and sync counts are the catalog's own
+//! ([`crate::catalog::CommitCounts`]), read at scrape time ([`Metrics::count_catalog`]).
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Counter, Metric, MetricFamily, MetricType};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+
+use crate::catalog::CommitCounts;
+use crate::catalog::object_store::ObjectStoreMetrics;
+use crate::write::IngestStats;
 
 /// Durable redb write transactions on the data paths (= commit fsyncs).
 pub const CATALOG_COMMITS_TOTAL: &str = "skade_catalog_commits_total";
@@ -98,342 +107,506 @@ pub const LANE_MULTI: &str = "multi";
 /// The `lane` label of a table maintenance commit (expiry, manifest merge).
 pub const LANE_MAINTENANCE: &str = "maintenance";
 
-/// The metric handles of one server.
+/// The metrics of one server: every event is recorded through one of its methods.
+/// Cheap to clone (the clones share the handles).
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
-    /// See [`CATALOG_COMMITS_TOTAL`].
-    pub catalog_commits: IntCounter,
-    /// See [`FILE_SYNCS_TOTAL`].
-    pub file_syncs: IntCounter,
-    /// See [`COMMIT_DURATION_SECONDS`].
-    pub commit_duration: HistogramVec,
-    /// See [`ROWS_COMMITTED_TOTAL`].
-    pub rows_committed: IntCounterVec,
-    /// See [`DATA_FILES_COMMITTED_TOTAL`].
-    pub data_files_committed: IntCounterVec,
-    /// See [`BYTES_COMMITTED_TOTAL`].
-    pub bytes_committed: IntCounterVec,
-    /// See [`PUT_STREAMS_ACTIVE`].
-    pub put_streams_active: IntGauge,
-    /// See [`TRANSACTIONS_ACTIVE`].
-    pub transactions_active: IntGauge,
-    /// See [`INGEST_ERRORS_TOTAL`].
-    pub ingest_errors: IntCounterVec,
-    /// See [`AUTH_FAILURES_TOTAL`].
-    pub auth_failures: IntCounterVec,
-    /// See [`INGEST_REQUESTS_TOTAL`].
-    pub ingest_requests: IntCounter,
-    /// See [`PUT_STREAMS_MAX`].
-    pub put_streams_max: IntGauge,
-    /// See [`MEMORY_BUDGET_BYTES`].
-    pub memory_budget_bytes: IntGauge,
-    /// See [`MEMORY_RESERVED_BYTES`].
-    pub memory_reserved_bytes: IntGauge,
-    /// See [`READY`].
-    pub ready: IntGauge,
-    /// See [`SNAPSHOTS_EXPIRED_TOTAL`].
-    pub snapshots_expired: IntCounter,
-    /// See [`MANIFESTS_MERGED_TOTAL`].
-    pub manifests_merged: IntCounter,
-    /// See [`FILES_REWRITTEN_TOTAL`].
-    pub files_rewritten: IntCounterVec,
-    /// See [`BYTES_REWRITTEN_TOTAL`].
-    pub bytes_rewritten: IntCounterVec,
-    /// See [`FILES_DELETED_TOTAL`].
-    pub files_deleted: IntCounterVec,
-    /// See [`BYTES_DELETED_TOTAL`].
-    pub bytes_deleted: IntCounterVec,
-    /// See [`MAINTENANCE_ERRORS_TOTAL`].
-    pub maintenance_errors: IntCounterVec,
-    /// See [`TABLE_SNAPSHOTS`].
-    pub table_snapshots: IntGaugeVec,
-    /// See [`TABLE_MANIFESTS`].
-    pub table_manifests: IntGaugeVec,
-    /// See [`TABLE_DATA_FILES`].
-    pub table_data_files: IntGaugeVec,
-    /// See [`WRITERS`].
-    pub writers: IntGauge,
-    /// See [`WRITERS_MAX`].
-    pub writers_max: IntGauge,
-    /// See [`WRITERS_FORGOTTEN_TOTAL`].
-    pub writers_forgotten: IntCounter,
-    /// See [`BATCHES_REPLAYED_TOTAL`].
-    pub batches_replayed: IntCounter,
-    /// See [`COMMITS_REPLAYED_TOTAL`].
-    pub commits_replayed: IntCounterVec,
-    /// See [`OBJECT_STORE_REQUESTS_TOTAL`].
-    pub object_store_requests: IntCounterVec,
-    /// See [`OBJECT_STORE_ERRORS_TOTAL`].
-    pub object_store_errors: IntCounterVec,
-    /// See [`OBJECT_STORE_REQUEST_DURATION_SECONDS`].
-    pub object_store_duration: HistogramVec,
+    commits: CommitFamily,
+    ingest: IngestFamily,
+    writers: WriterFamily,
+    maintenance: MaintenanceFamily,
+    object_store: ObjectStoreMetrics,
+}
+
+/// Registers metrics on one registry.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    fn add<C: Collector + Clone + 'static>(&self, collector: C) -> C {
+        self.0
+            .register(Box::new(collector.clone()))
+            .expect("unique metric");
+        collector
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.add(IntCounter::new(name, help).expect("valid metric"))
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, label: &str) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::new(name, help).expect("valid metric"))
+    }
+
+    fn gauge_vec(&self, name: &str, help: &str, label: &str) -> IntGaugeVec {
+        self.add(IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid metric"))
+    }
+
+    fn histogram_vec(&self, name: &str, help: &str, label: &str, buckets: &[f64]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.add(HistogramVec::new(opts, &[label]).expect("valid metric"))
+    }
+}
+
+/// What commits made visible, and replays skipped.
+#[derive(Debug, Clone)]
+struct CommitFamily {
+    duration: HistogramVec,
+    rows: IntCounterVec,
+    data_files: IntCounterVec,
+    bytes: IntCounterVec,
+    batches_replayed: IntCounter,
+    commits_replayed: IntCounterVec,
+}
+
+impl CommitFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            duration: r.histogram_vec(
+                COMMIT_DURATION_SECONDS,
+                "Seconds of one catalog commit.",
+                "lane",
+                &[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ],
+            ),
+            rows: r.counter_vec(ROWS_COMMITTED_TOTAL, "Rows made visible.", "table"),
+            data_files: r.counter_vec(
+                DATA_FILES_COMMITTED_TOTAL,
+                "Data files made visible.",
+                "table",
+            ),
+            bytes: r.counter_vec(
+                BYTES_COMMITTED_TOTAL,
+                "Parquet bytes made visible.",
+                "table",
+            ),
+            batches_replayed: r.counter(
+                BATCHES_REPLAYED_TOTAL,
+                "Batches of keyed puts skipped as replays.",
+            ),
+            commits_replayed: r.counter_vec(
+                COMMITS_REPLAYED_TOTAL,
+                "Keyed puts and Flight SQL commits that were entirely replays.",
+                "lane",
+            ),
+        }
+    }
+}
+
+/// The ingest surface: calls, failures, open streams and transactions, limits, readiness.
+#[derive(Debug, Clone)]
+struct IngestFamily {
+    requests: IntCounter,
+    errors: IntCounterVec,
+    auth_failures: IntCounterVec,
+    put_streams_active: IntGauge,
+    put_streams_max: IntGauge,
+    transactions_active: IntGauge,
+    memory_budget_bytes: IntGauge,
+    memory_reserved_bytes: IntGauge,
+    ready: IntGauge,
+}
+
+impl IngestFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            requests: r.counter(
+                INGEST_REQUESTS_TOTAL,
+                "DoPut streams and Flight SQL actions received.",
+            ),
+            errors: r.counter_vec(INGEST_ERRORS_TOTAL, "Failed puts and commits.", "code"),
+            auth_failures: r.counter_vec(
+                AUTH_FAILURES_TOTAL,
+                "Calls refused for a missing or invalid bearer token.",
+                "surface",
+            ),
+            put_streams_active: r.gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams."),
+            put_streams_max: r.gauge(
+                PUT_STREAMS_MAX,
+                "Most DoPut streams open at once (--max-streams).",
+            ),
+            transactions_active: r.gauge(TRANSACTIONS_ACTIVE, "Open Flight SQL transactions."),
+            memory_budget_bytes: r.gauge(
+                MEMORY_BUDGET_BYTES,
+                "Arrow bytes of rows in flight all streams may hold (--memory-budget).",
+            ),
+            memory_reserved_bytes: r.gauge(
+                MEMORY_RESERVED_BYTES,
+                "Arrow bytes of rows in flight held against the memory budget.",
+            ),
+            ready: r.gauge(READY, "1 when /readyz answers 200, else 0."),
+        }
+    }
+}
+
+/// Producers' writer ids (exactly-once).
+#[derive(Debug, Clone)]
+struct WriterFamily {
+    writers: IntGauge,
+    max: IntGauge,
+    forgotten: IntCounter,
+}
+
+impl WriterFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            writers: r.gauge(WRITERS, "Writer ids with a committed high-water mark."),
+            max: r.gauge(
+                WRITERS_MAX,
+                "Most writer ids the catalog keeps (--max-writers).",
+            ),
+            forgotten: r.counter(
+                WRITERS_FORGOTTEN_TOTAL,
+                "Writer ids forgotten after --writer-retention without a commit.",
+            ),
+        }
+    }
+}
+
+/// Table maintenance: what it rewrote and removed, its failures, and each table's shape.
+#[derive(Debug, Clone)]
+struct MaintenanceFamily {
+    snapshots_expired: IntCounter,
+    manifests_merged: IntCounter,
+    files_rewritten: IntCounterVec,
+    bytes_rewritten: IntCounterVec,
+    files_deleted: IntCounterVec,
+    bytes_deleted: IntCounterVec,
+    errors: IntCounterVec,
+    table_snapshots: IntGaugeVec,
+    table_manifests: IntGaugeVec,
+    table_data_files: IntGaugeVec,
+}
+
+impl MaintenanceFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            snapshots_expired: r.counter(
+                SNAPSHOTS_EXPIRED_TOTAL,
+                "Snapshots removed by maintenance expiry commits.",
+            ),
+            manifests_merged: r.counter(
+                MANIFESTS_MERGED_TOTAL,
+                "Manifests replaced by merged ones in maintenance commits.",
+            ),
+            files_rewritten: r.counter_vec(
+                FILES_REWRITTEN_TOTAL,
+                "Files whose content maintenance commits rewrote into new files.",
+                "kind",
+            ),
+            bytes_rewritten: r.counter_vec(
+                BYTES_REWRITTEN_TOTAL,
+                "Bytes of files whose content maintenance commits rewrote into new files.",
+                "kind",
+            ),
+            files_deleted: r.counter_vec(
+                FILES_DELETED_TOTAL,
+                "Unreferenced files removed by online cleanup.",
+                "kind",
+            ),
+            bytes_deleted: r.counter_vec(
+                BYTES_DELETED_TOTAL,
+                "Bytes of unreferenced files removed by online cleanup.",
+                "kind",
+            ),
+            errors: r.counter_vec(
+                MAINTENANCE_ERRORS_TOTAL,
+                "Failed table maintenance jobs.",
+                "job",
+            ),
+            table_snapshots: r.gauge_vec(
+                TABLE_SNAPSHOTS,
+                "Snapshots in a table's metadata.",
+                "table",
+            ),
+            table_manifests: r.gauge_vec(
+                TABLE_MANIFESTS,
+                "Manifests listed by a table's current snapshot.",
+                "table",
+            ),
+            table_data_files: r.gauge_vec(
+                TABLE_DATA_FILES,
+                "Live data files of a table's current snapshot.",
+                "table",
+            ),
+        }
+    }
+}
+
+fn object_store_family(r: &Registrar<'_>) -> ObjectStoreMetrics {
+    ObjectStoreMetrics {
+        requests: r.counter_vec(
+            OBJECT_STORE_REQUESTS_TOTAL,
+            "Object-store operations of an S3 warehouse.",
+            "op",
+        ),
+        errors: r.counter_vec(
+            OBJECT_STORE_ERRORS_TOTAL,
+            "Failed object-store operations of an S3 warehouse.",
+            "op",
+        ),
+        duration: r.histogram_vec(
+            OBJECT_STORE_REQUEST_DURATION_SECONDS,
+            "Seconds of one object-store operation.",
+            "op",
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ],
+        ),
+    }
+}
+
+/// Reads one of a catalog's counts.
+type ReadCount = fn(&CommitCounts) -> u64;
+
+/// A counter whose value its owner keeps and the registry reads at scrape time.
+struct PullingCounter {
+    desc: Desc,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl Collector for PullingCounter {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut counter = Counter::default();
+        counter.set_value((self.read)() as f64);
+        let mut metric = Metric::default();
+        metric.set_counter(counter);
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::COUNTER);
+        family.set_metric(vec![metric]);
+        vec![family]
+    }
+}
+
+/// Converts a count or size to a gauge value, saturating.
+fn gauge_value(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
+    /// Creates and registers every metric, family by family; the catalog's commit and sync
+    /// counts join when a catalog is given ([`Self::count_catalog`]).
     ///
     /// # Panics
     /// Never in practice: registration fails only for duplicate or malformed names, and
     /// the names are the constants above.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let counter_vec = |name: &str, help: &str, label: &str| {
-            let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
-        };
-        let rows_committed = counter_vec(ROWS_COMMITTED_TOTAL, "Rows made visible.", "table");
-        let data_files_committed = counter_vec(
-            DATA_FILES_COMMITTED_TOTAL,
-            "Data files made visible.",
-            "table",
-        );
-        let bytes_committed = counter_vec(
-            BYTES_COMMITTED_TOTAL,
-            "Parquet bytes made visible.",
-            "table",
-        );
-        let ingest_errors = counter_vec(INGEST_ERRORS_TOTAL, "Failed puts and commits.", "code");
-        let auth_failures = counter_vec(
-            AUTH_FAILURES_TOTAL,
-            "Calls refused for a missing or invalid bearer token.",
-            "surface",
-        );
-        let counter = |name: &str, help: &str| {
-            let c = IntCounter::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
-        };
-        let catalog_commits = counter(
-            CATALOG_COMMITS_TOTAL,
-            "Durable redb write transactions on the data paths (commit fsyncs).",
-        );
-        let file_syncs = counter(
-            FILE_SYNCS_TOTAL,
-            "Warehouse syncs (syncfs) before data commits' pointer flips.",
-        );
-        let ingest_requests = counter(
-            INGEST_REQUESTS_TOTAL,
-            "DoPut streams and Flight SQL actions received.",
-        );
-        let commit_duration = HistogramVec::new(
-            HistogramOpts::new(COMMIT_DURATION_SECONDS, "Seconds of one catalog commit.").buckets(
-                vec![
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ],
-            ),
-            &["lane"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(commit_duration.clone()))
-            .expect("unique metric");
-        let gauge = |name: &str, help: &str| {
-            let g = IntGauge::new(name, help).expect("valid metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
-        };
-        let gauge_vec = |name: &str, help: &str| {
-            let g = IntGaugeVec::new(Opts::new(name, help), &["table"]).expect("valid metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
-        };
-        let snapshots_expired = counter(
-            SNAPSHOTS_EXPIRED_TOTAL,
-            "Snapshots removed by maintenance expiry commits.",
-        );
-        let manifests_merged = counter(
-            MANIFESTS_MERGED_TOTAL,
-            "Manifests replaced by merged ones in maintenance commits.",
-        );
-        let files_rewritten = counter_vec(
-            FILES_REWRITTEN_TOTAL,
-            "Files whose content maintenance commits rewrote into new files.",
-            "kind",
-        );
-        let bytes_rewritten = counter_vec(
-            BYTES_REWRITTEN_TOTAL,
-            "Bytes of files whose content maintenance commits rewrote into new files.",
-            "kind",
-        );
-        let files_deleted = counter_vec(
-            FILES_DELETED_TOTAL,
-            "Unreferenced files removed by online cleanup.",
-            "kind",
-        );
-        let bytes_deleted = counter_vec(
-            BYTES_DELETED_TOTAL,
-            "Bytes of unreferenced files removed by online cleanup.",
-            "kind",
-        );
-        let maintenance_errors = counter_vec(
-            MAINTENANCE_ERRORS_TOTAL,
-            "Failed table maintenance jobs.",
-            "job",
-        );
-        let table_snapshots = gauge_vec(TABLE_SNAPSHOTS, "Snapshots in a table's metadata.");
-        let table_manifests = gauge_vec(
-            TABLE_MANIFESTS,
-            "Manifests listed by a table's current snapshot.",
-        );
-        let table_data_files = gauge_vec(
-            TABLE_DATA_FILES,
-            "Live data files of a table's current snapshot.",
-        );
-        let put_streams_active = gauge(PUT_STREAMS_ACTIVE, "Open DoPut streams.");
-        let transactions_active = gauge(TRANSACTIONS_ACTIVE, "Open Flight SQL transactions.");
-        let put_streams_max = gauge(
-            PUT_STREAMS_MAX,
-            "Most DoPut streams open at once (--max-streams).",
-        );
-        let memory_budget_bytes = gauge(
-            MEMORY_BUDGET_BYTES,
-            "Arrow bytes of rows in flight all streams may hold (--memory-budget).",
-        );
-        let memory_reserved_bytes = gauge(
-            MEMORY_RESERVED_BYTES,
-            "Arrow bytes of rows in flight held against the memory budget.",
-        );
-        let ready = gauge(READY, "1 when /readyz answers 200, else 0.");
-        let writers = gauge(WRITERS, "Writer ids with a committed high-water mark.");
-        let writers_max = gauge(
-            WRITERS_MAX,
-            "Most writer ids the catalog keeps (--max-writers).",
-        );
-        let writers_forgotten = counter(
-            WRITERS_FORGOTTEN_TOTAL,
-            "Writer ids forgotten after --writer-retention without a commit.",
-        );
-        let batches_replayed = counter(
-            BATCHES_REPLAYED_TOTAL,
-            "Batches of keyed puts skipped as replays.",
-        );
-        let commits_replayed = counter_vec(
-            COMMITS_REPLAYED_TOTAL,
-            "Keyed puts and Flight SQL commits that were entirely replays.",
-            "lane",
-        );
-        let object_store_requests = counter_vec(
-            OBJECT_STORE_REQUESTS_TOTAL,
-            "Object-store operations of an S3 warehouse.",
-            "op",
-        );
-        let object_store_errors = counter_vec(
-            OBJECT_STORE_ERRORS_TOTAL,
-            "Failed object-store operations of an S3 warehouse.",
-            "op",
-        );
-        let object_store_duration = HistogramVec::new(
-            HistogramOpts::new(
-                OBJECT_STORE_REQUEST_DURATION_SECONDS,
-                "Seconds of one object-store operation.",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["op"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(object_store_duration.clone()))
-            .expect("unique metric");
+        let r = Registrar(&registry);
         Self {
+            commits: CommitFamily::new(&r),
+            ingest: IngestFamily::new(&r),
+            writers: WriterFamily::new(&r),
+            maintenance: MaintenanceFamily::new(&r),
+            object_store: object_store_family(&r),
             registry,
-            catalog_commits,
-            file_syncs,
-            commit_duration,
-            rows_committed,
-            data_files_committed,
-            bytes_committed,
-            put_streams_active,
-            transactions_active,
-            ingest_errors,
-            auth_failures,
-            ingest_requests,
-            put_streams_max,
-            memory_budget_bytes,
-            memory_reserved_bytes,
-            ready,
-            snapshots_expired,
-            manifests_merged,
-            files_rewritten,
-            bytes_rewritten,
-            files_deleted,
-            bytes_deleted,
-            maintenance_errors,
-            table_snapshots,
-            table_manifests,
-            table_data_files,
-            writers,
-            writers_max,
-            writers_forgotten,
-            batches_replayed,
-            commits_replayed,
-            object_store_requests,
-            object_store_errors,
-            object_store_duration,
+        }
+    }
+
+    /// Shows `counts` — one catalog's own data-commit and sync counts, the one place they
+    /// are kept — as [`CATALOG_COMMITS_TOTAL`] and [`FILE_SYNCS_TOTAL`], read at scrape
+    /// time. Only the first catalog given is shown.
+    pub fn count_catalog(&self, counts: CommitCounts) {
+        let pulled: [(&str, &str, ReadCount); 2] = [
+            (
+                CATALOG_COMMITS_TOTAL,
+                "Durable redb write transactions on the data paths (commit fsyncs).",
+                CommitCounts::commits,
+            ),
+            (
+                FILE_SYNCS_TOTAL,
+                "Warehouse syncs (syncfs) before data commits' pointer flips.",
+                CommitCounts::syncs,
+            ),
+        ];
+        for (name, help, read) in pulled {
+            let counts = counts.clone();
+            let Ok(desc) = Desc::new(name.into(), help.into(), Vec::new(), Default::default())
+            else {
+                continue;
+            };
+            // A second catalog's counts are refused as a duplicate: the first stays.
+            let _ = self.registry.register(Box::new(PullingCounter {
+                desc,
+                read: Box::new(move || read(&counts)),
+            }));
         }
     }
 
     /// The object-store handles, for an S3 warehouse's storage.
-    pub fn object_store(&self) -> crate::catalog::object_store::ObjectStoreMetrics {
-        crate::catalog::object_store::ObjectStoreMetrics {
-            requests: self.object_store_requests.clone(),
-            errors: self.object_store_errors.clone(),
-            duration: self.object_store_duration.clone(),
-        }
+    pub fn object_store(&self) -> ObjectStoreMetrics {
+        self.object_store.clone()
     }
 
     /// Records one successful commit of `stats` to `table` on `lane`.
-    pub fn record_commit(
-        &self,
-        lane: &str,
-        table: &str,
-        stats: &crate::write::IngestStats,
-        seconds: f64,
-    ) {
-        self.commit_duration
-            .with_label_values(&[lane])
-            .observe(seconds);
+    pub fn record_commit(&self, lane: &str, table: &str, stats: &IngestStats, seconds: f64) {
+        self.record_commit_seconds(lane, seconds);
         self.count_table(table, stats);
     }
 
     /// Records ONE catalog commit on `lane` that made several tables' `stats` visible:
     /// one histogram observation, per-table row/file/byte counters.
-    pub fn record_tables_commit(
-        &self,
-        lane: &str,
-        tables: &[(String, crate::write::IngestStats)],
-        seconds: f64,
-    ) {
-        self.commit_duration
-            .with_label_values(&[lane])
-            .observe(seconds);
+    pub fn record_tables_commit(&self, lane: &str, tables: &[(String, IngestStats)], seconds: f64) {
+        self.record_commit_seconds(lane, seconds);
         for (table, stats) in tables {
             self.count_table(table, stats);
         }
     }
 
+    /// Records the duration of one catalog commit on `lane` that made no rows visible (a
+    /// maintenance commit).
+    pub fn record_commit_seconds(&self, lane: &str, seconds: f64) {
+        self.commits
+            .duration
+            .with_label_values(&[lane])
+            .observe(seconds);
+    }
+
     /// Adds one commit's rows, data files and bytes to `table`'s counters.
-    fn count_table(&self, table: &str, stats: &crate::write::IngestStats) {
-        self.rows_committed
-            .with_label_values(&[table])
-            .inc_by(stats.rows);
-        self.data_files_committed
-            .with_label_values(&[table])
-            .inc_by(stats.files);
-        self.bytes_committed
-            .with_label_values(&[table])
-            .inc_by(stats.bytes);
+    fn count_table(&self, table: &str, stats: &IngestStats) {
+        let labels = [table];
+        let c = &self.commits;
+        c.rows.with_label_values(&labels).inc_by(stats.rows);
+        c.data_files.with_label_values(&labels).inc_by(stats.files);
+        c.bytes.with_label_values(&labels).inc_by(stats.bytes);
+    }
+
+    /// Records `batches` batches of a keyed put skipped as replays.
+    pub fn record_batches_replayed(&self, batches: u64) {
+        self.commits.batches_replayed.inc_by(batches);
+    }
+
+    /// Records one keyed put or Flight SQL commit on `lane` that was entirely a replay.
+    pub fn record_commit_replayed(&self, lane: &str) {
+        self.commits
+            .commits_replayed
+            .with_label_values(&[lane])
+            .inc();
+    }
+
+    /// Records one DoPut stream or Flight SQL action received.
+    pub fn record_ingest_request(&self) {
+        self.ingest.requests.inc();
+    }
+
+    /// Records one failed put or commit, by its gRPC code name (`code`).
+    pub fn record_ingest_error(&self, code: &str) {
+        self.ingest.errors.with_label_values(&[code]).inc();
+    }
+
+    /// Records one call refused for its bearer token on `surface` (`flight` | `rest`).
+    pub fn record_auth_failure(&self, surface: &str) {
+        self.ingest
+            .auth_failures
+            .with_label_values(&[surface])
+            .inc();
+    }
+
+    /// Counts one open DoPut stream until the returned guard drops.
+    pub fn put_stream_opened(&self) -> ActiveStream {
+        self.ingest.put_streams_active.inc();
+        ActiveStream(self.ingest.put_streams_active.clone())
+    }
+
+    /// Sets the number of open Flight SQL transactions.
+    pub fn set_transactions_open(&self, open: usize) {
+        self.ingest.transactions_active.set(gauge_value(open));
+    }
+
+    /// Sets the configured limits: `--max-streams`, the memory budget in bytes and
+    /// `--max-writers`.
+    pub fn set_limits(&self, max_streams: usize, memory_budget_bytes: usize, max_writers: usize) {
+        let i = &self.ingest;
+        i.put_streams_max.set(gauge_value(max_streams));
+        i.memory_budget_bytes.set(gauge_value(memory_budget_bytes));
+        self.writers.max.set(gauge_value(max_writers));
+    }
+
+    /// Sets what a scrape reads from the server: bytes held against the memory budget,
+    /// writer ids with a mark (`None` when the catalog could not be read: the last value
+    /// stays), and readiness.
+    pub fn set_scrape_state(&self, reserved_bytes: usize, writers: Option<u64>, ready: bool) {
+        let i = &self.ingest;
+        i.memory_reserved_bytes.set(gauge_value(reserved_bytes));
+        if let Some(writers) = writers {
+            self.writers.writers.set(gauge_value(writers));
+        }
+        i.ready.set(i64::from(ready));
+    }
+
+    /// Records `writers` writer ids forgotten after the retention.
+    pub fn record_writers_forgotten(&self, writers: u64) {
+        self.writers.forgotten.inc_by(writers);
+    }
+
+    /// Records `snapshots` snapshots removed by an expiry commit.
+    pub fn record_snapshots_expired(&self, snapshots: u64) {
+        self.maintenance.snapshots_expired.inc_by(snapshots);
+    }
+
+    /// Records a manifest merge commit that replaced `manifests` manifests of `bytes`.
+    pub fn record_manifests_merged(&self, manifests: u64, bytes: u64) {
+        self.maintenance.manifests_merged.inc_by(manifests);
+        self.record_rewritten("manifest", manifests, bytes);
+    }
+
+    /// Records `files` files of `bytes` whose content a maintenance commit rewrote, of
+    /// `kind` (`data` | `manifest`).
+    pub fn record_rewritten(&self, kind: &str, files: u64, bytes: u64) {
+        let m = &self.maintenance;
+        m.files_rewritten.with_label_values(&[kind]).inc_by(files);
+        m.bytes_rewritten.with_label_values(&[kind]).inc_by(bytes);
+    }
+
+    /// Records one unreferenced file of `bytes` removed by cleanup, of `kind`.
+    pub fn record_file_deleted(&self, kind: &str, bytes: u64) {
+        let m = &self.maintenance;
+        m.files_deleted.with_label_values(&[kind]).inc();
+        m.bytes_deleted.with_label_values(&[kind]).inc_by(bytes);
+    }
+
+    /// Records one failed maintenance `job`.
+    pub fn record_maintenance_error(&self, job: &str) {
+        self.maintenance.errors.with_label_values(&[job]).inc();
+    }
+
+    /// Sets `table`'s snapshot, manifest and live data file counts.
+    pub fn set_table_shape(
+        &self,
+        table: &str,
+        snapshots: usize,
+        manifests: usize,
+        data_files: i64,
+    ) {
+        let (m, labels) = (&self.maintenance, [table]);
+        m.table_snapshots
+            .with_label_values(&labels)
+            .set(gauge_value(snapshots));
+        m.table_manifests
+            .with_label_values(&labels)
+            .set(gauge_value(manifests));
+        m.table_data_files
+            .with_label_values(&labels)
+            .set(data_files);
+    }
+
+    /// Removes a dropped `table`'s series of [`Self::set_table_shape`].
+    pub fn forget_table(&self, table: &str) {
+        let m = &self.maintenance;
+        for gauge in [&m.table_snapshots, &m.table_manifests, &m.table_data_files] {
+            let _ = gauge.remove_label_values(&[table]);
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -448,5 +621,169 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// One open DoPut stream on [`PUT_STREAMS_ACTIVE`] ([`Metrics::put_stream_opened`]);
+/// dropping it counts the stream closed.
+#[derive(Debug)]
+#[must_use = "dropping the guard counts the stream closed at once"]
+pub struct ActiveStream(IntGauge);
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{NamespaceIdent, TableCreation, TableIdent};
+
+    use super::*;
+    use crate::catalog::{RedbCatalog, Release};
+
+    /// The value of the series `series` (name with its labels, as exposed) in `text`.
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|line| {
+            let (name, v) = line.rsplit_once(' ')?;
+            (name == series).then(|| v.parse().ok()).flatten()
+        })
+    }
+
+    // Catches a record method that bumps the wrong series, label or amount, and a name or
+    // help text that drifts from what dashboards and alert rules scrape.
+    #[test]
+    fn each_event_is_recorded_once_under_its_name_and_labels() {
+        let m = Metrics::new();
+        let stats = IngestStats {
+            rows: 10,
+            files: 2,
+            bytes: 300,
+            commits: 1,
+        };
+        m.record_commit(LANE_STREAM, "ns.a", &stats, 0.002);
+        m.record_tables_commit(
+            LANE_MULTI,
+            &[("ns.a".into(), stats), ("ns.b".into(), stats)],
+            0.01,
+        );
+        m.record_commit_seconds(LANE_MAINTENANCE, 0.5);
+        m.record_batches_replayed(3);
+        m.record_commit_replayed(LANE_STREAM);
+        m.record_ingest_request();
+        m.record_ingest_error("InvalidArgument");
+        m.record_auth_failure("rest");
+        let stream = m.put_stream_opened();
+        m.set_transactions_open(2);
+        m.set_limits(8, 1024, 5);
+        m.set_scrape_state(512, Some(4), true);
+        m.record_writers_forgotten(1);
+        m.record_snapshots_expired(3);
+        m.record_manifests_merged(4, 4096);
+        m.record_rewritten("data", 6, 600);
+        m.record_file_deleted("data", 70);
+        m.record_maintenance_error("merge");
+        m.set_table_shape("ns.a", 3, 2, 9);
+        m.set_table_shape("ns.gone", 1, 1, 1);
+        m.forget_table("ns.gone");
+        let text = m.render();
+        for (series, expected) in [
+            (r#"skade_rows_committed_total{table="ns.a"}"#, 20.0),
+            (r#"skade_rows_committed_total{table="ns.b"}"#, 10.0),
+            (r#"skade_data_files_committed_total{table="ns.a"}"#, 4.0),
+            (r#"skade_bytes_committed_total{table="ns.b"}"#, 300.0),
+            (r#"skade_commit_duration_seconds_count{lane="stream"}"#, 1.0),
+            (r#"skade_commit_duration_seconds_count{lane="multi"}"#, 1.0),
+            (
+                r#"skade_commit_duration_seconds_sum{lane="maintenance"}"#,
+                0.5,
+            ),
+            ("skade_batches_replayed_total", 3.0),
+            (r#"skade_commits_replayed_total{lane="stream"}"#, 1.0),
+            ("skade_ingest_requests_total", 1.0),
+            (r#"skade_ingest_errors_total{code="InvalidArgument"}"#, 1.0),
+            (r#"skade_auth_failures_total{surface="rest"}"#, 1.0),
+            ("skade_put_streams_active", 1.0),
+            ("skade_transactions_active", 2.0),
+            ("skade_put_streams_max", 8.0),
+            ("skade_memory_budget_bytes", 1024.0),
+            ("skade_writers_max", 5.0),
+            ("skade_memory_reserved_bytes", 512.0),
+            ("skade_writers", 4.0),
+            ("skade_ready", 1.0),
+            ("skade_writers_forgotten_total", 1.0),
+            ("skade_snapshots_expired_total", 3.0),
+            ("skade_manifests_merged_total", 4.0),
+            (r#"skade_files_rewritten_total{kind="manifest"}"#, 4.0),
+            (r#"skade_bytes_rewritten_total{kind="manifest"}"#, 4096.0),
+            (r#"skade_files_rewritten_total{kind="data"}"#, 6.0),
+            (r#"skade_bytes_rewritten_total{kind="data"}"#, 600.0),
+            (r#"skade_files_deleted_total{kind="data"}"#, 1.0),
+            (r#"skade_bytes_deleted_total{kind="data"}"#, 70.0),
+            (r#"skade_maintenance_errors_total{job="merge"}"#, 1.0),
+            (r#"skade_table_snapshots{table="ns.a"}"#, 3.0),
+            (r#"skade_table_manifests{table="ns.a"}"#, 2.0),
+            (r#"skade_table_data_files{table="ns.a"}"#, 9.0),
+        ] {
+            assert_eq!(value(&text, series), Some(expected), "{series} in\n{text}");
+        }
+        assert!(
+            !text.contains("ns.gone"),
+            "a forgotten table keeps no series"
+        );
+        for help in [
+            "# HELP skade_rows_committed_total Rows made visible.",
+            "# HELP skade_ingest_errors_total Failed puts and commits.",
+            "# HELP skade_commit_duration_seconds Seconds of one catalog commit.",
+            "# HELP skade_table_snapshots Snapshots in a table's metadata.",
+        ] {
+            assert!(text.contains(help), "{help}");
+        }
+        drop(stream);
+        assert_eq!(value(&m.render(), "skade_put_streams_active"), Some(0.0));
+    }
+
+    // Catches the commit and sync metrics drifting from the catalog's own counts (the one
+    // place a commit is counted): they read the catalog at scrape time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commit_and_sync_totals_read_the_catalog_counts() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let catalog =
+            RedbCatalog::open(&dir.path().join("c.redb"), &dir.path().join("w")).expect("catalog");
+        let m = Metrics::new();
+        m.count_catalog(catalog.commit_counts());
+        let text = m.render();
+        assert!(text.contains(
+            "# HELP skade_catalog_commits_total Durable redb write transactions on the data paths (commit fsyncs)."
+        ));
+        assert!(text.contains("# TYPE skade_file_syncs_total counter"));
+        assert_eq!(value(&text, "skade_catalog_commits_total"), Some(0.0));
+
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .expect("schema");
+        let creation = TableCreation::builder()
+            .name("t".into())
+            .schema(schema)
+            .build();
+        let ident = TableIdent::new(NamespaceIdent::new("ns".into()), "t".into());
+        let table = catalog.plan_table(&ident, creation).expect("plan");
+        catalog
+            .atomic_release(vec![Release::Create {
+                table,
+                requirements: Vec::new(),
+                updates: Vec::new(),
+            }])
+            .await
+            .expect("release");
+        let text = m.render();
+        assert_eq!(value(&text, "skade_catalog_commits_total"), Some(1.0));
+        assert_eq!(value(&text, "skade_file_syncs_total"), Some(1.0));
+        assert_eq!(catalog.commit_count(), 1);
     }
 }

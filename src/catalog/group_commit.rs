@@ -25,15 +25,14 @@
 //!   checked before any of its pointers is written (`docs/design/ingest_multi.md` §f1).
 //!
 //! Counting (`docs/design/ingest_multi.md` §f4): a batch that applied at least one release
-//! is ONE redb write transaction and counts once in [`super::redb_commit_count`],
-//! [`super::RedbCatalog::commit_count`] and `skade_catalog_commits_total` (one fsync),
-//! and once in the sync counters (one `syncfs`); a batch in which every release
-//! conflicted is rolled back and counts nothing.
+//! is ONE redb write transaction and counts once ([`Counters::record_commit`]: the
+//! process-global [`super::redb_commit_count`] and [`super::RedbCatalog::commit_count`],
+//! which `skade_catalog_commits_total` reads; one fsync), and once in the sync count (one
+//! `syncfs`); a batch in which every release conflicted is rolled back and counts nothing.
 
 use std::mem;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use iceberg::{Error, ErrorKind, Result};
 use redb::{Database, ReadableTable};
@@ -42,8 +41,10 @@ use redb::{Database, ReadableTable};
 type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
+use super::counters::Counters;
+use super::durable;
 use super::marks::{MarkAdvance, MarkTables};
-use super::{NAMESPACES, REDB_COMMITS, TABLES, durable};
+use super::store::{NAMESPACES, TABLES};
 
 /// One pointer flip of a release.
 #[derive(Debug, Clone)]
@@ -63,19 +64,6 @@ pub(super) struct Flip {
     pub(super) mark: Option<MarkAdvance>,
 }
 
-/// The data-commit counters of one catalog instance.
-#[derive(Debug, Default)]
-pub(super) struct Counters {
-    /// Durable redb write transactions (one fsync each).
-    pub(super) commits: AtomicU64,
-    /// Warehouse syncs made before those transactions committed.
-    pub(super) syncs: AtomicU64,
-    /// Mirrors `commits` (`skade_catalog_commits_total`).
-    pub(super) on_commit: OnceLock<prometheus::IntCounter>,
-    /// Mirrors `syncs` (`skade_file_syncs_total`).
-    pub(super) on_sync: OnceLock<prometheus::IntCounter>,
-}
-
 /// The queue of releases waiting for the next batch, and the one committer draining it.
 #[derive(Debug)]
 pub(super) struct Committer {
@@ -84,7 +72,7 @@ pub(super) struct Committer {
     /// store, whose acknowledged uploads are durable already.
     warehouse: Option<PathBuf>,
     queue: Mutex<Queue>,
-    pub(super) counters: Counters,
+    pub(super) counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
@@ -133,7 +121,7 @@ impl Committer {
             db,
             warehouse,
             queue: Mutex::new(Queue::default()),
-            counters: Counters::default(),
+            counters: Arc::default(),
         }
     }
 
@@ -303,18 +291,11 @@ impl Committer {
                 path: warehouse.clone(),
                 source,
             })?;
-            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-            if let Some(counter) = self.counters.on_sync.get() {
-                counter.inc();
-            }
+            self.counters.record_sync();
         }
         txn.commit().map_err(redb::Error::from)?;
-        let commits = self.counters.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        let commits = self.counters.record_commit();
         super::fault::after_commit(commits);
-        REDB_COMMITS.fetch_add(1, Ordering::Relaxed);
-        if let Some(counter) = self.counters.on_commit.get() {
-            counter.inc();
-        }
         tracing::debug!(releases = batch.len(), applied, "group commit");
         Ok(outcomes)
     }

@@ -301,8 +301,7 @@ pub(crate) fn spawn_writer_expiry(svc: Weak<Service>) -> tokio::task::JoinHandle
                 Ok(forgotten) if !forgotten.is_empty() => {
                     service
                         .metrics
-                        .writers_forgotten
-                        .inc_by(forgotten.len() as u64);
+                        .record_writers_forgotten(forgotten.len() as u64);
                     info!(
                         writers = forgotten.len(),
                         retention = %humantime::format_duration(retention),

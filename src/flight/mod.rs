@@ -78,9 +78,7 @@ impl SkadeFlight {
         let status = reject(e);
         self.svc
             .metrics
-            .ingest_errors
-            .with_label_values(&[code_name(status.code())])
-            .inc();
+            .record_ingest_error(code_name(status.code()));
         status
     }
 
@@ -178,14 +176,6 @@ fn is_cmd(descriptor: &FlightDescriptor) -> bool {
 }
 
 /// Decrements the open-streams gauge when a put ends, however it ends.
-struct StreamGuard(prometheus::IntGauge);
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 #[tonic::async_trait]
 impl FlightService for SkadeFlight {
     type HandshakeStream = BoxStream<HandshakeResponse>;
@@ -311,7 +301,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Streaming<FlightData>>,
     ) -> Result<Response<Self::DoPutStream>, Status> {
-        self.svc.metrics.ingest_requests.inc();
+        self.svc.metrics.record_ingest_request();
         let permit = self.stream_permit()?;
         // Online cleanup leaves the files this put writes alone until it has ended.
         let pin = self.svc.catalog.pin_writes();
@@ -371,8 +361,7 @@ impl FlightService for SkadeFlight {
         let writer = exactly_once::writer_id(&headers).map_err(|e| self.fail(e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
-        self.svc.metrics.put_streams_active.inc();
-        let guard = StreamGuard(self.svc.metrics.put_streams_active.clone());
+        let guard = self.svc.metrics.put_stream_opened();
         self.svc.puts.spawn(
             async move {
                 let _guard = guard;
@@ -398,7 +387,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<Action>,
     ) -> Result<Response<Self::DoActionStream>, Status> {
-        self.svc.metrics.ingest_requests.inc();
+        self.svc.metrics.record_ingest_request();
         let session = sql::session_of(&request);
         let headers = request.metadata().clone();
         let action = request.into_inner();

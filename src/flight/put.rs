@@ -168,13 +168,10 @@ pub(crate) async fn run(
     }
     // The final ack names this stream's last snapshot; for a stream that was entirely a
     // replay, the snapshot that committed it originally; else 0 when nothing committed.
-    svc.metrics.batches_replayed.inc_by(replayed);
+    svc.metrics.record_batches_replayed(replayed);
     let last_snapshot = match (stats.commits, start_mark) {
         (0, Some(mark)) if replayed > 0 => {
-            svc.metrics
-                .commits_replayed
-                .with_label_values(&[LANE_STREAM])
-                .inc();
+            svc.metrics.record_commit_replayed(LANE_STREAM);
             mark.snapshot_id
         }
         (0, _) => 0,

@@ -179,10 +179,7 @@ impl TxnState {
         if let Some(key) = key {
             if self.is_replay(svc, key).await? {
                 info!(writer = %key.writer, sequence = key.sequence, "replayed commit skipped");
-                svc.metrics
-                    .commits_replayed
-                    .with_label_values(&[lane])
-                    .inc();
+                svc.metrics.record_commit_replayed(lane);
                 self.discard().await;
                 return Ok((Vec::new(), IngestStats::default()));
             }
@@ -291,7 +288,7 @@ pub struct Transactions {
     registry: Mutex<Registry>,
     timeout: Duration,
     max_open: usize,
-    active: prometheus::IntGauge,
+    metrics: Metrics,
 }
 
 /// What an ingest runs in.
@@ -311,7 +308,7 @@ impl Transactions {
             registry: Mutex::new(Registry::default()),
             timeout,
             max_open,
-            active: metrics.transactions_active.clone(),
+            metrics: metrics.clone(),
         }
     }
 
@@ -354,7 +351,7 @@ impl Transactions {
         if let Some(session) = &session {
             registry.sessions.insert(session.clone(), id);
         }
-        self.active.set(registry.open.len() as i64);
+        self.metrics.set_transactions_open(registry.open.len());
         // At debug: the ADBC driver begins one on every connect and after every end.
         debug!(
             transaction = %id,
@@ -411,7 +408,7 @@ impl Transactions {
         registry
             .finished
             .insert(id, (Outcome::Ending, Instant::now()));
-        self.active.set(registry.open.len() as i64);
+        self.metrics.set_transactions_open(registry.open.len());
         Ok(txn)
     }
 
@@ -526,7 +523,7 @@ impl Transactions {
                 })
                 .collect()
         };
-        self.active.set(self.open_count() as i64);
+        self.metrics.set_transactions_open(self.open_count());
         for txn in txns {
             self.roll_back(&txn, Outcome::RolledBack).await;
             // Closed sessions are not tied to anything any more.
@@ -565,7 +562,7 @@ impl Transactions {
                 sessions,
             } = &mut *registry;
             sessions.retain(|_, id| open.contains_key(id) || finished.contains_key(id));
-            self.active.set(registry.open.len() as i64);
+            self.metrics.set_transactions_open(registry.open.len());
             expired
         };
         for txn in expired {

@@ -165,10 +165,7 @@ impl Maintainer {
                     _ = tick.tick() => {}
                 }
                 if let Err(e) = self.pass(Some(&shutdown)).await {
-                    self.metrics
-                        .maintenance_errors
-                        .with_label_values(&[e.job()])
-                        .inc();
+                    self.metrics.record_maintenance_error(e.job());
                     warn!(error = %e, "maintenance pass failed");
                 }
             }
@@ -222,10 +219,7 @@ impl Maintainer {
         // the parsed-manifest cache holds beyond them belongs to expired snapshots.
         state.sweeper.manifests().forget_unused();
         for e in &report.errors {
-            self.metrics
-                .maintenance_errors
-                .with_label_values(&[e.job()])
-                .inc();
+            self.metrics.record_maintenance_error(e.job());
             warn!(error = %e, "maintenance job failed");
         }
         Ok(report)
@@ -318,7 +312,7 @@ impl Maintainer {
         {
             Some(committed) => {
                 report.snapshots_expired += snapshots;
-                self.metrics.snapshots_expired.inc_by(snapshots as u64);
+                self.metrics.record_snapshots_expired(snapshots as u64);
                 info!(table = %ident, snapshots, "snapshots expired");
                 Ok(committed)
             }
@@ -364,15 +358,7 @@ impl Maintainer {
                     count = after;
                     report.manifests_replaced += replaced;
                     report.manifests_written += written;
-                    self.metrics.manifests_merged.inc_by(replaced as u64);
-                    self.metrics
-                        .files_rewritten
-                        .with_label_values(&["manifest"])
-                        .inc_by(replaced as u64);
-                    self.metrics
-                        .bytes_rewritten
-                        .with_label_values(&["manifest"])
-                        .inc_by(bytes);
+                    self.metrics.record_manifests_merged(replaced as u64, bytes);
                     info!(table = %name, replaced, written, "manifests merged");
                 }
                 None => report.conflicts += 1,
@@ -430,14 +416,7 @@ impl Maintainer {
             .is_some()
         {
             report.files_compacted += files;
-            self.metrics
-                .files_rewritten
-                .with_label_values(&["data"])
-                .inc_by(files as u64);
-            self.metrics
-                .bytes_rewritten
-                .with_label_values(&["data"])
-                .inc_by(bytes);
+            self.metrics.record_rewritten("data", files as u64, bytes);
             info!(table = %name, files, bytes, "small files compacted");
         } else {
             report.conflicts += 1;
@@ -461,9 +440,7 @@ impl Maintainer {
         {
             Ok(mut tables) => {
                 self.metrics
-                    .commit_duration
-                    .with_label_values(&[LANE_MAINTENANCE])
-                    .observe(started.elapsed().as_secs_f64());
+                    .record_commit_seconds(LANE_MAINTENANCE, started.elapsed().as_secs_f64());
                 Ok(tables.pop())
             }
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
@@ -481,19 +458,8 @@ impl Maintainer {
             .and_then(|s| s.summary().additional_properties.get("total-data-files"))
             .and_then(|v| v.parse::<i64>().ok())
             .unwrap_or(0);
-        let labels = [name];
         self.metrics
-            .table_snapshots
-            .with_label_values(&labels)
-            .set(metadata.snapshots().len() as i64);
-        self.metrics
-            .table_manifests
-            .with_label_values(&labels)
-            .set(manifests as i64);
-        self.metrics
-            .table_data_files
-            .with_label_values(&labels)
-            .set(data_files);
+            .set_table_shape(name, metadata.snapshots().len(), manifests, data_files);
     }
 
     /// Forgets the state and gauge series of tables no longer in the catalog.
@@ -508,13 +474,7 @@ impl Maintainer {
         for name in gone {
             state.manifests.remove(&name);
             state.compacted.remove(&name);
-            for gauge in [
-                &self.metrics.table_snapshots,
-                &self.metrics.table_manifests,
-                &self.metrics.table_data_files,
-            ] {
-                let _ = gauge.remove_label_values(&[&name]);
-            }
+            self.metrics.forget_table(&name);
         }
     }
 
@@ -586,12 +546,8 @@ impl Maintainer {
         state.last_sweep = Some(Instant::now());
         state.waiting = state.sweeper.waiting() > 0;
         for file in &removed {
-            let kind = [file.kind.as_str()];
-            self.metrics.files_deleted.with_label_values(&kind).inc();
             self.metrics
-                .bytes_deleted
-                .with_label_values(&kind)
-                .inc_by(file.bytes);
+                .record_file_deleted(file.kind.as_str(), file.bytes);
         }
         if !removed.is_empty() {
             info!(files = removed.len(), "unreferenced files removed");

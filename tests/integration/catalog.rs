@@ -76,29 +76,30 @@ async fn ddl_does_not_count_and_each_data_commit_counts_one() {
 
 /// `skade_file_syncs_total` (the catalog's sync counter): one warehouse sync per data
 /// commit, beside the commit counter; DDL and a conflict caught before the flip add none.
+/// Both metrics read the catalog's own counts at scrape time (`Metrics::count_catalog`).
 /// RED once: with the `counter.inc()` after `sync_warehouse` in `release` removed, the
 /// metric stayed 0 ("left: 0, right: 1").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_counter_advances_once_per_data_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let syncs = prometheus::IntCounter::new("syncs", "test").unwrap();
-    let commits = prometheus::IntCounter::new("commits", "test").unwrap();
     let c = RedbCatalog::open(
         &dir.path().join("catalog.redb"),
         &dir.path().join("warehouse"),
     )
-    .unwrap()
-    .with_commit_counter(commits.clone())
-    .with_sync_counter(syncs.clone());
+    .unwrap();
+    let metrics = skade::metrics::Metrics::new();
+    metrics.count_catalog(c.commit_counts());
+    let syncs = || common::metric(&metrics.render(), "skade_file_syncs_total") as u64;
+    let commits = || common::metric(&metrics.render(), "skade_catalog_commits_total") as u64;
     let t = table(&c, "s").await;
-    assert_eq!((syncs.get(), c.sync_count()), (0, 0), "DDL is not counted");
+    assert_eq!((syncs(), c.sync_count()), (0, 0), "DDL is not counted");
 
     let data = files(&t, 0, 5).await;
     let t2 = write::commit_files(&c, &t, data).await.unwrap();
-    assert_eq!(syncs.get(), 1);
+    assert_eq!(syncs(), 1);
     let data = files(&t2, 5, 5).await;
     write::commit_files(&c, &t2, data).await.unwrap();
-    assert_eq!((syncs.get(), commits.get(), c.sync_count()), (2, 2, 2));
+    assert_eq!((syncs(), commits(), c.sync_count()), (2, 2, 2));
 
     // A stale base fails its requirements before the sync: nothing counts.
     let data = files(&t, 10, 5).await;
@@ -106,7 +107,7 @@ async fn sync_counter_advances_once_per_data_commit() {
     c.atomic_release_raw(vec![(ident("s"), requirements, updates)])
         .await
         .unwrap_err();
-    assert_eq!((syncs.get(), commits.get()), (2, 2));
+    assert_eq!((syncs(), commits()), (2, 2));
     assert!(skade::catalog::durable::warehouse_sync_count() >= 2);
 }
 

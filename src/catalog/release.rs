@@ -1,0 +1,297 @@
+//! The release (commit) protocol: check each table's requirements, write its next metadata
+//! JSON (all tables at once), then flip every pointer in one group-committed redb write
+//! transaction ([`super::group_commit`]).
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use iceberg::spec::{TableMetadata, TableMetadataBuilder, TableMetadataRef};
+use iceberg::table::Table;
+use iceberg::{
+    Catalog, Error, ErrorKind, MetadataLocation, Result, TableCreation, TableIdent,
+    TableRequirement, TableUpdate,
+};
+
+use super::blocking::run_blocking_io;
+use super::group_commit::{self, Flip};
+use super::store::{key_of, table_key};
+use super::{RedbCatalog, marks};
+
+/// A pause of a catalog's commits ([`RedbCatalog::pause_commits`]); dropping it resumes
+/// them, committing everything queued meanwhile as one batch.
+#[doc(hidden)]
+#[derive(Debug)]
+#[must_use = "dropping the pause resumes commits at once"]
+pub struct CommitPause {
+    _held: group_commit::Pause,
+}
+
+/// One table's entry in [`RedbCatalog::atomic_release_raw`]: the table, the requirements
+/// its base must still meet, and the updates to apply.
+pub type ReleaseEntry = (TableIdent, Vec<TableRequirement>, Vec<TableUpdate>);
+
+/// One table's part in [`RedbCatalog::atomic_release`].
+#[derive(Debug)]
+pub enum Release {
+    /// Advance an existing table: its identifier, the requirements its current metadata
+    /// must meet, and the updates to apply (as [`ReleaseEntry`]).
+    Advance(ReleaseEntry),
+    /// Create a table that does not exist yet, with its first updates applied: `table`
+    /// comes from [`RedbCatalog::plan_table`] (nothing of it is in the catalog), and the
+    /// requirements are checked against its planned metadata.
+    Create {
+        /// The planned table.
+        table: Table,
+        /// Requirements on the planned metadata (e.g. a staged fast append's).
+        requirements: Vec<TableRequirement>,
+        /// Updates to apply on top of the planned metadata (may be empty).
+        updates: Vec<TableUpdate>,
+    },
+}
+
+/// A table commit whose metadata JSON is written and whose pointer has not moved yet.
+pub(super) struct PreparedCommit {
+    key: String,
+    /// The pointer the commit was built on; `None` for a table the commit creates (the
+    /// key must then still be absent).
+    base_location: Option<String>,
+    new_location: String,
+    /// Namespace keys (every level) to insert when absent; only for creates.
+    namespaces: Vec<String>,
+    /// The producer's high-water mark the commit advances ([`marks`]).
+    mark: Option<marks::MarkAdvance>,
+    table: Table,
+}
+
+impl RedbCatalog {
+    /// Commits N tables' updates in ONE redb write transaction (one fsync): every table
+    /// advances or none does.
+    ///
+    /// Each entry's requirements are checked against its table's current metadata and its
+    /// updates applied; the new metadata JSON files are written (all tables at once), the
+    /// warehouse synced, then one write transaction compare-and-swaps every pointer —
+    /// shared with concurrent commits (group commit), which cannot make this release
+    /// partial. Returns the advanced tables in input order. An empty batch does no redb
+    /// write and returns `[]`.
+    ///
+    /// # Errors
+    /// - `DataInvalid` when an identifier appears twice — rejected before anything is
+    ///   written, since both entries would build on the same base and one would be lost
+    ///   (`docs/design/ingest_multi.md` §f1, "Distinct idents per batch").
+    /// - `TableNotFound` for an unknown table; `CatalogCommitConflicts` (retryable) when a
+    ///   requirement fails or a pointer moved after it was read. Nothing is committed; the
+    ///   metadata files already written are orphans.
+    pub async fn atomic_release_raw(&self, batch: Vec<ReleaseEntry>) -> Result<Vec<Table>> {
+        self.atomic_release(batch.into_iter().map(Release::Advance).collect())
+            .await
+    }
+
+    /// [`Self::atomic_release_raw`] that may also create tables: every [`Release::Create`]
+    /// inserts its table's pointer (and any missing namespace level) in the same redb
+    /// write transaction that advances the others, so a multi-table flush into new tables
+    /// is all or nothing too — a rolled back or failed flush leaves no empty table behind.
+    ///
+    /// # Errors
+    /// As [`Self::atomic_release_raw`]; in addition `TableAlreadyExists` (not retryable)
+    /// when a table to create exists by the time the pointers flip. Nothing is committed.
+    pub async fn atomic_release(&self, batch: Vec<Release>) -> Result<Vec<Table>> {
+        let mut seen = HashSet::new();
+        for entry in &batch {
+            let ident = match entry {
+                Release::Advance((ident, _, _)) => ident,
+                Release::Create { table, .. } => table.identifier(),
+            };
+            if !seen.insert(ident.clone()) {
+                return Err(Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("table {ident} appears more than once in one atomic release"),
+                ));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every table's metadata is built and written at once: a flush of N tables waits
+        // for the slowest write, not for the sum of N.
+        let prepared = futures::future::try_join_all(batch.into_iter().map(|entry| async {
+            match entry {
+                Release::Advance((ident, requirements, updates)) => {
+                    self.prepare_commit(&ident, requirements, updates).await
+                }
+                Release::Create {
+                    table,
+                    requirements,
+                    updates,
+                } => self.prepare_create(table, requirements, updates).await,
+            }
+        }))
+        .await?;
+        self.release(prepared).await
+    }
+
+    /// A handle for a table that does not exist yet: its metadata as `create_table` would
+    /// write it (location `<warehouse>/<namespace...>/<table>` unless the creation names
+    /// one), with nothing written and nothing in the catalog. Data files can be written
+    /// under its location and staged against it; [`Release::Create`] makes it real.
+    ///
+    /// # Errors
+    /// iceberg's error for an invalid creation (e.g. a bad schema or partition spec).
+    pub fn plan_table(&self, ident: &TableIdent, creation: TableCreation) -> Result<Table> {
+        let location = match &creation.location {
+            Some(location) => location.clone(),
+            None => self
+                .warehouse
+                .table_location(ident.namespace().as_ref(), ident.name()),
+        };
+        let creation = TableCreation {
+            name: ident.name().to_string(),
+            location: Some(location.clone()),
+            ..creation
+        };
+        let metadata = TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata;
+        let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
+        self.table_handle(ident.clone(), metadata_location.to_string(), metadata)
+    }
+
+    /// Writes a planned table's first metadata and the metadata with `updates` applied;
+    /// does not insert its pointer.
+    pub(super) async fn prepare_create(
+        &self,
+        planned: Table,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<PreparedCommit> {
+        let ident = planned.identifier().clone();
+        for requirement in &requirements {
+            requirement.check(Some(planned.metadata()))?;
+        }
+        let key = table_key(&ident)?;
+        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        let first_location = planned.metadata_location_result()?.to_string();
+        let (file_io, first) = (self.file_io.clone(), planned.metadata_ref());
+        let at = MetadataLocation::from_str(&first_location)?;
+        run_blocking_io(async move { first.write_to(&file_io, &at).await }).await?;
+        let (new_location, metadata) = if updates.is_empty() {
+            (first_location, planned.metadata_ref())
+        } else {
+            self.write_next_metadata(planned.metadata(), &first_location, updates)
+                .await?
+        };
+        let parts = ident.namespace().as_ref();
+        let namespaces = (1..=parts.len())
+            .map(|depth| key_of(&parts[..depth]))
+            .collect::<Result<Vec<_>>>()?;
+        let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
+        Ok(PreparedCommit {
+            key,
+            base_location: None,
+            new_location,
+            namespaces,
+            mark,
+            table,
+        })
+    }
+
+    /// Applies `updates` to `base` (stored at `base_location`), writes the result as the
+    /// next metadata version, and returns its location and metadata.
+    ///
+    /// # Errors
+    /// iceberg's error for an update that does not apply, or the write's storage error.
+    pub(super) async fn write_next_metadata(
+        &self,
+        base: &TableMetadata,
+        base_location: &str,
+        updates: Vec<TableUpdate>,
+    ) -> Result<(String, TableMetadataRef)> {
+        let mut builder = base.clone().into_builder(Some(base_location.to_string()));
+        for update in updates {
+            builder = update.apply(builder)?;
+        }
+        let metadata = builder.build()?.metadata;
+        let location = MetadataLocation::from_str(base_location)?
+            .with_next_version()
+            .with_new_metadata(&metadata);
+        let metadata = Arc::new(metadata);
+        let (file_io, written) = (self.file_io.clone(), metadata.clone());
+        let at = location.clone();
+        run_blocking_io(async move { written.write_to(&file_io, &at).await }).await?;
+        Ok((location.to_string(), metadata))
+    }
+
+    /// Builds and writes the new metadata for one table; does not move its pointer.
+    pub(super) async fn prepare_commit(
+        &self,
+        ident: &TableIdent,
+        requirements: Vec<TableRequirement>,
+        updates: Vec<TableUpdate>,
+    ) -> Result<PreparedCommit> {
+        let base = self.load_table(ident).await?;
+        for requirement in &requirements {
+            requirement.check(Some(base.metadata()))?;
+        }
+        let key = table_key(ident)?;
+        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        let base_location = base.metadata_location_result()?.to_string();
+        let (new_location, metadata) = self
+            .write_next_metadata(base.metadata(), &base_location, updates)
+            .await?;
+        let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
+        Ok(PreparedCommit {
+            key,
+            base_location: Some(base_location),
+            new_location,
+            namespaces: Vec::new(),
+            mark,
+            table,
+        })
+    }
+
+    /// Flips every prepared pointer in one redb write transaction — shared with any
+    /// concurrent release ([`group_commit`]) — after the warehouse sync that makes the
+    /// prepared files durable; returns once that transaction is durable. Remembers each
+    /// table's new metadata ([`super::metadata_cache`]).
+    ///
+    /// # Errors
+    /// As [`super::group_commit::Committer::submit`]; nothing of `prepared` is visible then.
+    pub(super) async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
+        let flips = prepared
+            .iter()
+            .map(|p| Flip {
+                key: p.key.clone(),
+                base: p.base_location.clone(),
+                new: p.new_location.clone(),
+                table: p.table.identifier().to_string(),
+                namespaces: p.namespaces.clone(),
+                mark: p.mark.clone(),
+            })
+            .collect();
+        self.committer.submit(flips).await?;
+        for p in &prepared {
+            self.metadata
+                .put(&p.key, &p.new_location, p.table.metadata_ref());
+        }
+        Ok(prepared.into_iter().map(|p| p.table).collect())
+    }
+
+    /// Testing aid for group commit: while the returned guard lives, data commits of this
+    /// catalog queue and none reaches redb; dropping it commits everything queued as ONE
+    /// batch (one warehouse sync, one write transaction). A batch already running when
+    /// the pause starts finishes first. Never needed in production: holding it stalls
+    /// every commit.
+    #[doc(hidden)]
+    pub fn pause_commits(&self) -> CommitPause {
+        CommitPause {
+            _held: self.committer.pause(),
+        }
+    }
+
+    /// Testing aid: data commits queued for the next group-commit batch (see
+    /// [`Self::pause_commits`]).
+    #[doc(hidden)]
+    pub fn queued_commits(&self) -> usize {
+        self.committer.queued()
+    }
+}

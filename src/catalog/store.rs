@@ -1,0 +1,271 @@
+//! The redb rows: the namespace and table-pointer tables, their key codec, the read and
+//! DDL transactions, and the catalog's own reads over them (pointers, every table,
+//! namespace properties, producers' high-water marks).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use iceberg::{Catalog, Error, ErrorKind, NamespaceIdent, Result, TableIdent};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::blocking::blocking;
+use super::error::{io_error, namespace_not_found, redb_error, table_exists, table_not_found};
+use super::{RedbCatalog, durable, marks};
+
+/// Namespace key → JSON object of the namespace's properties.
+pub(super) const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");
+
+/// Table key → current metadata location (absolute path of a `*.metadata.json`).
+pub(super) const TABLES: TableDefinition<&str, &str> = TableDefinition::new("tables");
+
+/// Separates name elements inside a redb key. Names cannot contain it (see [`key_of`]).
+pub(super) const KEY_SEP: char = '\u{1f}';
+
+impl RedbCatalog {
+    /// Every table of the catalog, namespace by namespace (parents before children).
+    ///
+    /// # Errors
+    /// `Unexpected` for redb failures.
+    pub async fn all_tables(&self) -> Result<Vec<TableIdent>> {
+        let mut tables = Vec::new();
+        let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
+        while let Some(parent) = pending.pop() {
+            for ns in self.list_namespaces(parent.as_ref()).await? {
+                tables.extend(self.list_tables(&ns).await?);
+                pending.push(Some(ns));
+            }
+        }
+        Ok(tables)
+    }
+
+    /// The table's current metadata location, as stored in redb.
+    ///
+    /// # Errors
+    /// `TableNotFound` when the table does not exist; `Unexpected` for redb failures.
+    pub async fn metadata_location(&self, ident: &TableIdent) -> Result<String> {
+        self.pointer(ident, table_key(ident)?).await
+    }
+
+    /// The stored pointer of table `key` (`ident`'s key, named in errors).
+    pub(super) async fn pointer(&self, ident: &TableIdent, key: String) -> Result<String> {
+        let db = self.db.clone();
+        let found = blocking(move || {
+            let txn = db.begin_read().map_err(redb_error)?;
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            let value = tables.get(key.as_str()).map_err(redb_error)?;
+            Ok(value.map(|v| v.value().to_string()))
+        })
+        .await?;
+        found.ok_or_else(|| table_not_found(ident))
+    }
+
+    /// Sets `updates` and removes `removals` from a namespace's properties in one redb
+    /// write transaction (a concurrent update is never lost). Returns the keys set, the
+    /// keys removed and the keys asked to be removed that were absent, each sorted (the
+    /// REST spec's `UpdateNamespacePropertiesResponse`).
+    ///
+    /// # Errors
+    /// `NamespaceNotFound`; `DataInvalid` when a key is both set and removed; redb's
+    /// error.
+    pub async fn update_namespace_properties(
+        &self,
+        namespace: &NamespaceIdent,
+        removals: Vec<String>,
+        updates: HashMap<String, String>,
+    ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+        if let Some(both) = removals.iter().find(|k| updates.contains_key(*k)) {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!("property {both:?} is both set and removed"),
+            ));
+        }
+        let key = key_of(namespace.as_ref())?;
+        let ns = namespace.clone();
+        self.ddl(move |txn| {
+            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
+            let json = namespaces
+                .get(key.as_str())
+                .map_err(redb_error)?
+                .map(|v| v.value().to_string())
+                .ok_or_else(|| namespace_not_found(&ns))?;
+            let mut properties: HashMap<String, String> = serde_json::from_str(&json)?;
+            let (mut removed, mut missing) = (Vec::new(), Vec::new());
+            for k in removals {
+                match properties.remove(&k) {
+                    Some(_) => removed.push(k),
+                    None => missing.push(k),
+                }
+            }
+            let mut updated: Vec<String> = updates.keys().cloned().collect();
+            properties.extend(updates);
+            let json = serde_json::to_string(&properties)?;
+            namespaces
+                .insert(key.as_str(), json.as_str())
+                .map_err(redb_error)?;
+            updated.sort();
+            removed.sort();
+            removed.dedup();
+            missing.sort();
+            missing.dedup();
+            Ok((updated, removed, missing))
+        })
+        .await
+    }
+
+    /// Every table `writer` has committed to, with its high-water mark there ([`marks`]),
+    /// in table-name order. Empty for a writer never seen (or forgotten).
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writer_marks(&self, writer: &str) -> Result<Vec<(TableIdent, marks::WriterMark)>> {
+        let prefix = format!("{writer}{KEY_SEP}");
+        self.read(move |txn| {
+            let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
+            let mut out = Vec::new();
+            for row in table.range(prefix.as_str()..).map_err(redb_error)? {
+                let (key, value) = row.map_err(redb_error)?;
+                let Some(table_key) = key.value().strip_prefix(prefix.as_str()) else {
+                    break;
+                };
+                let parts = split_key(table_key);
+                let Some((name, namespace)) = parts.split_last() else {
+                    continue;
+                };
+                let (Ok(namespace), Some(mark)) = (
+                    NamespaceIdent::from_vec(namespace.to_vec()),
+                    marks::WriterMark::decode(value.value()),
+                ) else {
+                    continue;
+                };
+                out.push((TableIdent::new(namespace, name.clone()), mark));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// `writer`'s high-water mark in `ident`, if it committed there.
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writer_mark(
+        &self,
+        writer: &str,
+        ident: &TableIdent,
+    ) -> Result<Option<marks::WriterMark>> {
+        let key = marks::mark_key(writer, &table_key(ident)?);
+        self.read(move |txn| {
+            let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
+            Ok(table
+                .get(key.as_str())
+                .map_err(redb_error)?
+                .and_then(|v| marks::WriterMark::decode(v.value())))
+        })
+        .await
+    }
+
+    /// The number of writer ids with a committed high-water mark ([`marks`]), and whether
+    /// `writer` (when given) is one of them. The count is what `--max-writers` bounds.
+    ///
+    /// # Errors
+    /// redb's error reading the catalog.
+    pub async fn writers(&self, writer: Option<&str>) -> Result<(u64, bool)> {
+        let writer = writer.map(str::to_string);
+        self.read(move |txn| marks::writers(txn, writer.as_deref()).map_err(redb_error))
+            .await
+    }
+
+    /// Forgets every writer id whose last commit is older than `idle` (its high-water
+    /// marks in every table), in one redb write transaction; returns the ids forgotten.
+    /// A forgotten producer that comes back is a new one: its sequences start afresh,
+    /// and a replay of batches committed before it was forgotten lands again (README,
+    /// "Exactly-once").
+    ///
+    /// # Errors
+    /// redb's error writing the catalog; nothing is forgotten then.
+    pub async fn forget_idle_writers(&self, idle: std::time::Duration) -> Result<Vec<String>> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let cutoff_ms = u64::try_from(now_ms.saturating_sub(idle.as_millis())).unwrap_or(0);
+        self.ddl(move |txn| marks::forget_idle(txn, cutoff_ms).map_err(redb_error))
+            .await
+    }
+
+    /// Inserts a new table pointer (DDL: not a data commit).
+    pub(super) async fn insert_pointer(&self, ident: &TableIdent, location: String) -> Result<()> {
+        let key = table_key(ident)?;
+        let id = ident.clone();
+        let local = self.warehouse.local_path().map(Path::to_path_buf);
+        self.ddl(move |txn| {
+            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+            if tables.get(key.as_str()).map_err(redb_error)?.is_some() {
+                return Err(table_exists(&id));
+            }
+            // An object store's acknowledged PUT is durable: only a local warehouse syncs.
+            if let Some(warehouse) = &local {
+                durable::sync_warehouse(warehouse)
+                    .map_err(|e| io_error("sync warehouse", warehouse, e))?;
+            }
+            tables
+                .insert(key.as_str(), location.as_str())
+                .map_err(redb_error)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs a DDL write transaction (not counted as a data commit).
+    pub(super) async fn ddl<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        blocking(move || {
+            let txn = db.begin_write().map_err(redb_error)?;
+            let out = f(&txn)?;
+            txn.commit().map_err(redb_error)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    pub(super) async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        blocking(move || {
+            let txn = db.begin_read().map_err(redb_error)?;
+            f(&txn)
+        })
+        .await
+    }
+}
+
+/// The redb key of a list of name elements.
+///
+/// # Errors
+/// `DataInvalid` for an empty list or an element that is empty or holds the separator.
+pub(super) fn key_of(parts: &[String]) -> Result<String> {
+    if parts.is_empty() || parts.iter().any(|p| p.is_empty() || p.contains(KEY_SEP)) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!("invalid catalog name {parts:?}"),
+        ));
+    }
+    Ok(parts.join(&KEY_SEP.to_string()))
+}
+
+pub(super) fn table_key(ident: &TableIdent) -> Result<String> {
+    let mut parts = ident.namespace().as_ref().clone();
+    parts.push(ident.name().to_string());
+    key_of(&parts)
+}
+
+pub(super) fn split_key(key: &str) -> Vec<String> {
+    key.split(KEY_SEP).map(str::to_string).collect()
+}
