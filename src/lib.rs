@@ -204,17 +204,7 @@ impl Running {
 /// data dir or the catalog cannot be created or opened.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     tls::use_ring_provider();
-    let (tls, https) = match (&config.security.tls_cert, &config.security.tls_key) {
-        (Some(cert), Some(key)) => (
-            Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
-            Some(tls::http_acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
-        ),
-        _ => (None, None),
-    };
-    let tokens = match &config.security.auth_token_file {
-        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
-        None => None,
-    };
+    let (tls, https, tokens) = load_security(&config)?;
     let warehouse =
         config
             .storage
@@ -227,6 +217,84 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics_listener = bind("--metrics-addr", &config.metrics_addr).await?;
     let flight_addr = local_addr(&flight_listener, "--flight-addr")?;
     let metrics_addr = local_addr(&metrics_listener, "--metrics-addr")?;
+    let service = open_service(&config, warehouse, tokens.clone())?;
+    flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
+    flight::spawn_writer_expiry(Arc::downgrade(&service));
+    let maintenance = config.maintenance.enabled.then(|| {
+        Arc::new(
+            maintenance::Maintainer::new(
+                service.catalog.clone(),
+                config.maintenance.clone(),
+                service.metrics.clone(),
+            )
+            .with_target_file_size(config.ingest.target_file_size),
+        )
+        .spawn(service.shutdown.clone())
+    });
+    let tls_on = tls.is_some();
+    let ((flight_task, flight_stop), health) =
+        serve_flight(&config, &service, tls, flight_listener).await?;
+    let (http_task, http_stop) = serve_http(&service, https, metrics_listener)?;
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %flight_addr,
+        %metrics_addr,
+        data_dir = %config.data_dir.display(),
+        warehouse = %service.catalog.warehouse(),
+        auth = if tokens.is_some() { "bearer tokens" } else { "off" },
+        tls = if tls_on { "on" } else { "off" },
+        "serving"
+    );
+    Ok(Running {
+        flight_addr,
+        metrics_addr,
+        service,
+        shutdown: vec![flight_stop, http_stop],
+        health,
+        shutdown_timeout: config.ingest.shutdown_timeout,
+        tasks: vec![flight_task, http_task],
+        maintenance,
+    })
+}
+
+/// The security files of `config`, checked: the Flight TLS config and the HTTPS acceptor
+/// (both or neither), and the bearer tokens.
+type Security = (
+    Option<tonic::transport::ServerTlsConfig>,
+    Option<tokio_rustls::TlsAcceptor>,
+    Option<Arc<auth::Tokens>>,
+);
+
+/// Reads the TLS certificate and key and the token file of `config`, when configured.
+///
+/// # Errors
+/// [`StartError::Tls`] and [`StartError::Auth`] for unusable files.
+fn load_security(config: &Config) -> Result<Security, StartError> {
+    let (tls, https) = match (&config.security.tls_cert, &config.security.tls_key) {
+        (Some(cert), Some(key)) => (
+            Some(tls::server_config(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
+            Some(tls::http_acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?),
+        ),
+        _ => (None, None),
+    };
+    let tokens = match &config.security.auth_token_file {
+        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
+        None => None,
+    };
+    Ok((tls, https, tokens))
+}
+
+/// Opens the catalog of the data dir (created if needed) over `warehouse` and builds the
+/// service around it, with this server's metrics.
+///
+/// # Errors
+/// [`StartError::Locked`], [`StartError::DataDir`] or [`StartError::Catalog`] from
+/// opening the catalog; [`StartError::Serve`] when SIGHUP cannot be listened for.
+fn open_service(
+    config: &Config,
+    warehouse: catalog::Warehouse,
+    tokens: Option<Arc<auth::Tokens>>,
+) -> Result<Arc<Service>, StartError> {
     let metrics = Metrics::new();
     if let Some(tokens) = &tokens {
         tokens.count_refusals(metrics.clone());
@@ -255,7 +323,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         streams: Arc::new(tokio::sync::Semaphore::new(config.ingest.max_streams.get())),
         tokens: tokens.clone(),
     });
-    if let Some(tokens) = tokens.clone() {
+    if let Some(tokens) = tokens {
         auth::reload_on_sighup(tokens, service.shutdown.clone())
             .map_err(|e| StartError::Serve(format!("cannot listen for SIGHUP: {e}")))?;
     }
@@ -264,25 +332,29 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         service.budget.total_bytes(),
         config.ingest.max_writers.get(),
     );
-    flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
-    flight::spawn_writer_expiry(Arc::downgrade(&service));
-    let maintenance = config.maintenance.enabled.then(|| {
-        Arc::new(
-            maintenance::Maintainer::new(
-                service.catalog.clone(),
-                config.maintenance.clone(),
-                metrics.clone(),
-            )
-            .with_target_file_size(config.ingest.target_file_size),
-        )
-        .spawn(service.shutdown.clone())
-    });
+    Ok(service)
+}
 
+/// A server task, and the sender that stops it gracefully.
+type Served = (JoinHandle<Result<(), StartError>>, oneshot::Sender<()>);
+
+/// Serves Flight (with the gRPC health service; TLS when `tls` is given; bearer tokens
+/// when the service has them) on `listener` in the background; returns the task, its
+/// stop sender and the health reporter.
+///
+/// # Errors
+/// [`StartError::Tls`] when tonic refuses the TLS config.
+async fn serve_flight(
+    config: &Config,
+    service: &Arc<Service>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    listener: tokio::net::TcpListener,
+) -> Result<(Served, tonic_health::server::HealthReporter), StartError> {
     let limit = usize::try_from(config.ingest.max_message_size).unwrap_or(usize::MAX);
     let flight = FlightServiceServer::new(SkadeFlight::new(service.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit);
-    let flight = auth::FlightGuard::new(flight, tokens.clone());
+    let flight = auth::FlightGuard::new(flight, service.tokens.clone());
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<FlightServiceServer<SkadeFlight>>()
@@ -290,33 +362,44 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let mut builder = tonic::transport::Server::builder()
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
-    let tls_on = tls.is_some();
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
             .map_err(|e| StartError::Tls(tls::describe(&e)))?;
     }
-    let (flight_stop, flight_stopped) = oneshot::channel::<()>();
-    let flight_task = tokio::spawn(async move {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         builder
             .add_service(health_service)
             .add_service(flight)
-            .serve_with_incoming_shutdown(flight_connections(flight_listener), async {
-                let _ = flight_stopped.await;
+            .serve_with_incoming_shutdown(flight_connections(listener), async {
+                let _ = stopped.await;
             })
             .await
             .map_err(|e| StartError::Serve(format!("flight: {e}")))
     });
+    Ok(((task, stop), health))
+}
 
-    let (http_stop, http_stopped) = oneshot::channel::<()>();
-    let app = http::router(service.clone(), tokens.clone())
+/// Serves the HTTP address (metrics, health, the REST catalog; HTTPS when `https` is
+/// given) on `listener` in the background.
+///
+/// # Errors
+/// [`StartError::Serve`] when the TLS listener cannot be set up.
+fn serve_http(
+    service: &Arc<Service>,
+    https: Option<tokio_rustls::TlsAcceptor>,
+    listener: tokio::net::TcpListener,
+) -> Result<Served, StartError> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = http::router(service.clone(), service.tokens.clone())
         .into_make_service_with_connect_info::<tls::Peer>();
     let stopped = async {
-        let _ = http_stopped.await;
+        let _ = stopped.await;
     };
-    let http_task = match https {
+    let task = match https {
         Some(acceptor) => {
-            let listener = tls::TlsListener::new(metrics_listener, acceptor)
+            let listener = tls::TlsListener::new(listener, acceptor)
                 .map_err(|e| StartError::Serve(format!("metrics: {e}")))?;
             tokio::spawn(async move {
                 axum::serve(listener, app)
@@ -326,32 +409,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             })
         }
         None => tokio::spawn(async move {
-            axum::serve(metrics_listener, app)
+            axum::serve(listener, app)
                 .with_graceful_shutdown(stopped)
                 .await
                 .map_err(|e| StartError::Serve(format!("metrics: {e}")))
         }),
     };
-    info!(
-        version = env!("CARGO_PKG_VERSION"),
-        %flight_addr,
-        %metrics_addr,
-        data_dir = %config.data_dir.display(),
-        warehouse = %service.catalog.warehouse(),
-        auth = if tokens.is_some() { "bearer tokens" } else { "off" },
-        tls = if tls_on { "on" } else { "off" },
-        "serving"
-    );
-    Ok(Running {
-        flight_addr,
-        metrics_addr,
-        service,
-        shutdown: vec![flight_stop, http_stop],
-        health,
-        shutdown_timeout: config.ingest.shutdown_timeout,
-        tasks: vec![flight_task, http_task],
-        maintenance,
-    })
+    Ok((task, stop))
 }
 
 /// Resolves `addr` (given as `flag`) and binds its first IPv4 address (else its first

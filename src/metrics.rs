@@ -652,10 +652,10 @@ mod tests {
         })
     }
 
-    // Catches a record method that bumps the wrong series, label or amount, and a name or
-    // help text that drifts from what dashboards and alert rules scrape.
+    // Catches an ingest record method that bumps the wrong series, label or amount, and a
+    // name or help text that drifts from what dashboards and alert rules scrape.
     #[test]
-    fn each_event_is_recorded_once_under_its_name_and_labels() {
+    fn ingest_events_are_recorded_once_under_their_names_and_labels() {
         let m = Metrics::new();
         let stats = IngestStats {
             rows: 10,
@@ -664,11 +664,8 @@ mod tests {
             commits: 1,
         };
         m.record_commit(LANE_STREAM, "ns.a", &stats, 0.002);
-        m.record_tables_commit(
-            LANE_MULTI,
-            &[("ns.a".into(), stats), ("ns.b".into(), stats)],
-            0.01,
-        );
+        let both = [("ns.a".into(), stats), ("ns.b".into(), stats)];
+        m.record_tables_commit(LANE_MULTI, &both, 0.01);
         m.record_commit_seconds(LANE_MAINTENANCE, 0.5);
         m.record_batches_replayed(3);
         m.record_commit_replayed(LANE_STREAM);
@@ -680,14 +677,6 @@ mod tests {
         m.set_limits(8, 1024, 5);
         m.set_scrape_state(512, Some(4), true);
         m.record_writers_forgotten(1);
-        m.record_snapshots_expired(3);
-        m.record_manifests_merged(4, 4096);
-        m.record_rewritten("data", 6, 600);
-        m.record_file_deleted("data", 70);
-        m.record_maintenance_error("merge");
-        m.set_table_shape("ns.a", 3, 2, 9);
-        m.set_table_shape("ns.gone", 1, 1, 1);
-        m.forget_table("ns.gone");
         let text = m.render();
         for (series, expected) in [
             (r#"skade_rows_committed_total{table="ns.a"}"#, 20.0),
@@ -714,6 +703,35 @@ mod tests {
             ("skade_writers", 4.0),
             ("skade_ready", 1.0),
             ("skade_writers_forgotten_total", 1.0),
+        ] {
+            assert_eq!(value(&text, series), Some(expected), "{series} in\n{text}");
+        }
+        for help in [
+            "# HELP skade_rows_committed_total Rows made visible.",
+            "# HELP skade_ingest_errors_total Failed puts and commits.",
+            "# HELP skade_commit_duration_seconds Seconds of one catalog commit.",
+        ] {
+            assert!(text.contains(help), "{help}");
+        }
+        drop(stream);
+        assert_eq!(value(&m.render(), "skade_put_streams_active"), Some(0.0));
+    }
+
+    // Catches a maintenance record method that bumps the wrong series, label or amount,
+    // and a dropped table's shape series left behind.
+    #[test]
+    fn maintenance_events_are_recorded_under_their_names_and_labels() {
+        let m = Metrics::new();
+        m.record_snapshots_expired(3);
+        m.record_manifests_merged(4, 4096);
+        m.record_rewritten("data", 6, 600);
+        m.record_file_deleted("data", 70);
+        m.record_maintenance_error("merge");
+        m.set_table_shape("ns.a", 3, 2, 9);
+        m.set_table_shape("ns.gone", 1, 1, 1);
+        m.forget_table("ns.gone");
+        let text = m.render();
+        for (series, expected) in [
             ("skade_snapshots_expired_total", 3.0),
             ("skade_manifests_merged_total", 4.0),
             (r#"skade_files_rewritten_total{kind="manifest"}"#, 4.0),
@@ -733,16 +751,7 @@ mod tests {
             !text.contains("ns.gone"),
             "a forgotten table keeps no series"
         );
-        for help in [
-            "# HELP skade_rows_committed_total Rows made visible.",
-            "# HELP skade_ingest_errors_total Failed puts and commits.",
-            "# HELP skade_commit_duration_seconds Seconds of one catalog commit.",
-            "# HELP skade_table_snapshots Snapshots in a table's metadata.",
-        ] {
-            assert!(text.contains(help), "{help}");
-        }
-        drop(stream);
-        assert_eq!(value(&m.render(), "skade_put_streams_active"), Some(0.0));
+        assert!(text.contains("# HELP skade_table_snapshots Snapshots in a table's metadata."));
     }
 
     // Catches the commit and sync metrics drifting from the catalog's own counts (the one

@@ -29,11 +29,13 @@ use tracing::{debug, info};
 
 use super::Service;
 use super::exactly_once::{Admit, Sequencer};
+use crate::catalog::marks::WriterMark;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
 use crate::write::{
-    self, BatchLimits, Batcher, CommitReport, IngestStats, Segment, WriteError, WriteProps,
+    self, BatchLimits, Batcher, CommitReport, IngestStats, SchemaChange, Segment, WriteError,
+    WriteProps,
 };
 
 /// Sends acks back to the client. Unbounded: a client that reads acks only after it has
@@ -73,70 +75,25 @@ pub(crate) async fn run(
     };
     let table = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
     let change = write::evolve::plan(&table, table.metadata().current_schema(), &schema)?;
-    let sequencer = match writer {
-        Some(writer) => {
-            super::exactly_once::admit_writer(svc, &writer).await?;
-            let mark = svc
-                .catalog
-                .writer_mark(&writer, &ident)
-                .await
-                .map_err(|e| Error::catalog(&ident, e))?;
-            Some(Sequencer::new(writer, mark))
-        }
-        None => None,
-    };
+    let sequencer = sequencer_for(svc, writer, &ident).await?;
     let start_mark = sequencer.as_ref().and_then(Sequencer::mark);
     let writer_id = sequencer.as_ref().map(|s| s.writer().to_string());
-    let limits = BatchLimits {
-        budget: svc.budget.clone(),
-        target_file_size_bytes: svc.config.target_file_size,
-        commit_interval: Some(svc.config.commit_interval),
-    };
     let depth = svc.config.channel_depth.get();
     let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
-    let intake = Intake {
-        name: ident.to_string(),
-        batcher: match &change {
-            Some(change) => Batcher::with_schema(&table, change.schema.clone(), limits)?,
-            None => Batcher::new(&table, limits)?,
-        },
-        sequencer,
-        segments,
-    };
+    let intake = Intake::new(svc, &table, change.as_ref(), sequencer, segments)?;
     let read = intake.run(svc, data, first, limit);
 
     let props = WriteProps {
         channel_depth: depth,
     };
-    let name = ident.to_string();
-    let mut committed_sequence = start_mark.map(|m| m.sequence);
-    let mut committed_rows = 0;
-    let mut on_commit = |report: &CommitReport| {
-        committed_rows = report.cumulative.rows;
-        let seconds = report.duration.as_secs_f64();
-        svc.metrics
-            .record_commit(LANE_STREAM, &name, &report.committed, seconds);
-        let snapshot_id = report.table.metadata().current_snapshot_id().unwrap_or(0);
-        committed_sequence = report.last_sequence.or(committed_sequence);
-        // As a string: snapshot ids exceed 2^53, which JSON readers turn into doubles.
-        info!(
-            table = %name,
-            snapshot_id = %snapshot_id,
-            rows = report.committed.rows,
-            bytes = report.committed.bytes,
-            seconds,
-            "committed"
-        );
-        // A client that went away still gets its data committed.
-        let ack = ack(
-            &name,
-            snapshot_id,
-            &report.cumulative,
-            committed_sequence,
-            false,
-        );
-        let _ = acks.send(Ok(ack));
+    let mut acker = Acker {
+        svc,
+        name: ident.to_string(),
+        acks,
+        committed_sequence: start_mark.map(|m| m.sequence),
+        committed_rows: 0,
     };
+    let mut on_commit = |report: &CommitReport| acker.committed(report);
     let pipeline = async {
         write::ingest_pipelined_overlap_stream_evolving(
             svc.catalog.as_ref(),
@@ -156,7 +113,7 @@ pub(crate) async fn run(
         Err(Error::ClientGone { reason, .. }) => {
             return Err(Error::ClientGone {
                 reason,
-                committed_rows,
+                committed_rows: acker.committed_rows,
             });
         }
         Err(e) => return Err(e),
@@ -166,20 +123,101 @@ pub(crate) async fn run(
             committed_rows: stats.rows,
         });
     }
-    // The final ack names this stream's last snapshot; for a stream that was entirely a
-    // replay, the snapshot that committed it originally; else 0 when nothing committed.
-    svc.metrics.record_batches_replayed(replayed);
-    let last_snapshot = match (stats.commits, start_mark) {
-        (0, Some(mark)) if replayed > 0 => {
-            svc.metrics.record_commit_replayed(LANE_STREAM);
-            mark.snapshot_id
-        }
-        (0, _) => 0,
-        _ => table.metadata().current_snapshot_id().unwrap_or(0),
-    };
-    let ack = ack(&name, last_snapshot, &stats, committed_sequence, true);
-    let _ = acks.send(Ok(ack));
+    acker.finished(&table, &stats, replayed, start_mark);
     Ok(stats)
+}
+
+/// The exactly-once sequencer of a put by `writer` (admitted against `--max-writers`,
+/// starting from its high-water mark in `ident`); `None` for a put without a writer id.
+///
+/// # Errors
+/// The writer limit's refusal, or the catalog's error reading the mark.
+async fn sequencer_for(
+    svc: &Service,
+    writer: Option<String>,
+    ident: &TableIdent,
+) -> Result<Option<Sequencer>, Error> {
+    let Some(writer) = writer else {
+        return Ok(None);
+    };
+    super::exactly_once::admit_writer(svc, &writer).await?;
+    let mark = svc
+        .catalog
+        .writer_mark(&writer, ident)
+        .await
+        .map_err(|e| Error::catalog(ident, e))?;
+    Ok(Some(Sequencer::new(writer, mark)))
+}
+
+/// Acks a put's commits to its client, and records them.
+struct Acker<'a> {
+    svc: &'a Service,
+    name: String,
+    acks: AckSender,
+    /// The writer's sequence the last commit made durable (or its mark at the start).
+    committed_sequence: Option<u64>,
+    /// Rows committed so far.
+    committed_rows: u64,
+}
+
+impl Acker<'_> {
+    /// One commit of the pipeline: counted, logged and acked.
+    fn committed(&mut self, report: &CommitReport) {
+        self.committed_rows = report.cumulative.rows;
+        let seconds = report.duration.as_secs_f64();
+        self.svc
+            .metrics
+            .record_commit(LANE_STREAM, &self.name, &report.committed, seconds);
+        let snapshot_id = report.table.metadata().current_snapshot_id().unwrap_or(0);
+        self.committed_sequence = report.last_sequence.or(self.committed_sequence);
+        // As a string: snapshot ids exceed 2^53, which JSON readers turn into doubles.
+        info!(
+            table = %self.name,
+            snapshot_id = %snapshot_id,
+            rows = report.committed.rows,
+            bytes = report.committed.bytes,
+            seconds,
+            "committed"
+        );
+        self.send(snapshot_id, &report.cumulative, false);
+    }
+
+    /// The end of a put that committed `stats` (leaving `table`) and skipped `replayed`
+    /// batches as replays: counted, and the final ack sent. It names this stream's last
+    /// snapshot; for a stream that was entirely a replay, the snapshot that committed it
+    /// originally (`start_mark`'s); else 0 when nothing committed.
+    fn finished(
+        &self,
+        table: &iceberg::table::Table,
+        stats: &IngestStats,
+        replayed: u64,
+        start_mark: Option<WriterMark>,
+    ) {
+        self.svc.metrics.record_batches_replayed(replayed);
+        let last_snapshot = match (stats.commits, start_mark) {
+            (0, Some(mark)) if replayed > 0 => {
+                self.svc.metrics.record_commit_replayed(LANE_STREAM);
+                mark.snapshot_id
+            }
+            (0, _) => 0,
+            _ => table.metadata().current_snapshot_id().unwrap_or(0),
+        };
+        self.send(last_snapshot, stats, true);
+    }
+
+    /// Sends an ack of `snapshot_id` with the stream's `stats` so far (`last` for the
+    /// final one).
+    fn send(&self, snapshot_id: i64, stats: &IngestStats, last: bool) {
+        let ack = ack(
+            &self.name,
+            snapshot_id,
+            stats,
+            self.committed_sequence,
+            last,
+        );
+        // A client that went away still gets its data committed.
+        let _ = self.acks.send(Ok(ack));
+    }
 }
 
 /// Loads `ident`, or creates it for a stream with `schema` whose first batch is `first`:
@@ -210,6 +248,34 @@ struct Intake {
 }
 
 impl Intake {
+    /// The intake of a put into `table` (whose schema `change` evolves, when given),
+    /// handing full files to `segments`.
+    ///
+    /// # Errors
+    /// The batcher's error for a table whose schema cannot be written.
+    fn new(
+        svc: &Service,
+        table: &iceberg::table::Table,
+        change: Option<&SchemaChange>,
+        sequencer: Option<Sequencer>,
+        segments: mpsc::Sender<Result<Segment, WriteError>>,
+    ) -> Result<Self, Error> {
+        let limits = BatchLimits {
+            budget: svc.budget.clone(),
+            target_file_size_bytes: svc.config.target_file_size,
+            commit_interval: Some(svc.config.commit_interval),
+        };
+        Ok(Self {
+            name: table.identifier().to_string(),
+            batcher: match change {
+                Some(change) => Batcher::with_schema(table, change.schema.clone(), limits)?,
+                None => Batcher::new(table, limits)?,
+            },
+            sequencer,
+            segments,
+        })
+    }
+
     /// Reads until the stream ends or the server shuts down, cutting a commit whenever
     /// the commit deadline passes. Returns whether shutdown stopped it, and the batches
     /// skipped as replays.

@@ -7,7 +7,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
 use futures::{Stream, StreamExt, TryStreamExt};
 use iceberg::table::Table;
-use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, TableIdent};
 use tonic::Status;
 
 use super::Service;
@@ -90,22 +90,15 @@ pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStre
 /// # Errors
 /// Catalog failures while listing.
 pub(crate) async fn list(svc: &Service, prefix: &str) -> Result<Vec<FlightInfo>, Error> {
-    let catalog: &dyn Catalog = svc.catalog.as_ref();
-    let err = |source: iceberg::Error| Error::catalog(&"*", source);
-    let mut pending: Vec<NamespaceIdent> = catalog.list_namespaces(None).await.map_err(err)?;
-    let mut idents = Vec::new();
-    while let Some(ns) = pending.pop() {
-        pending.extend(catalog.list_namespaces(Some(&ns)).await.map_err(err)?);
-        idents.extend(
-            catalog
-                .list_tables(&ns)
-                .await
-                .map_err(err)?
-                .into_iter()
-                .map(|ident| (ident.to_string(), ident))
-                .filter(|(name, _)| name.starts_with(prefix)),
-        );
-    }
+    let mut idents: Vec<(String, TableIdent)> = svc
+        .catalog
+        .all_tables()
+        .await
+        .map_err(|source| Error::catalog(&"*", source))?
+        .into_iter()
+        .map(|ident| (ident.to_string(), ident))
+        .filter(|(name, _)| name.starts_with(prefix))
+        .collect();
     idents.sort_by(|a, b| a.0.cmp(&b.0));
     let mut infos = Vec::with_capacity(idents.len());
     for (_, ident) in idents {

@@ -201,41 +201,8 @@ impl TxnState {
             .await
         {
             Ok((tables, stats)) => {
-                let seconds = started.elapsed().as_secs_f64();
                 if stats.commits > 0 {
-                    let per_table: Vec<(String, IngestStats)> = self
-                        .tables
-                        .iter()
-                        .map(|s| {
-                            let mut one = IngestStats::default();
-                            if !s.files.is_empty() {
-                                one.add_commit(&s.files);
-                            }
-                            (s.table.identifier().to_string(), one)
-                        })
-                        .collect();
-                    svc.metrics.record_tables_commit(lane, &per_table, seconds);
-                    let join = |parts: Vec<String>| parts.join(",");
-                    info!(
-                        table = %join(tables.iter().map(|t| t.identifier().to_string()).collect()),
-                        snapshot_id = %join(
-                            tables
-                                .iter()
-                                .map(|t| {
-                                    t.metadata()
-                                        .current_snapshot_id()
-                                        .map(|id| id.to_string())
-                                        .unwrap_or_default()
-                                })
-                                .collect()
-                        ),
-                        rows = stats.rows,
-                        files = stats.files,
-                        bytes = stats.bytes,
-                        seconds,
-                        lane,
-                        "committed"
-                    );
+                    self.record_committed(svc, lane, &tables, &stats, started.elapsed());
                 }
                 self.tables.clear();
                 Ok((tables, stats))
@@ -247,6 +214,52 @@ impl TxnState {
                 Err(e.into())
             }
         }
+    }
+
+    /// Counts and logs a commit of this transaction's staged tables that made `tables`
+    /// advance by `stats` in `elapsed`.
+    fn record_committed(
+        &self,
+        svc: &Service,
+        lane: &str,
+        tables: &[Table],
+        stats: &IngestStats,
+        elapsed: std::time::Duration,
+    ) {
+        let seconds = elapsed.as_secs_f64();
+        let per_table: Vec<(String, IngestStats)> = self
+            .tables
+            .iter()
+            .map(|s| {
+                let mut one = IngestStats::default();
+                if !s.files.is_empty() {
+                    one.add_commit(&s.files);
+                }
+                (s.table.identifier().to_string(), one)
+            })
+            .collect();
+        svc.metrics.record_tables_commit(lane, &per_table, seconds);
+        let join = |parts: Vec<String>| parts.join(",");
+        info!(
+            table = %join(tables.iter().map(|t| t.identifier().to_string()).collect()),
+            snapshot_id = %join(
+                tables
+                    .iter()
+                    .map(|t| {
+                        t.metadata()
+                            .current_snapshot_id()
+                            .map(|id| id.to_string())
+                            .unwrap_or_default()
+                    })
+                    .collect()
+            ),
+            rows = stats.rows,
+            files = stats.files,
+            bytes = stats.bytes,
+            seconds,
+            lane,
+            "committed"
+        );
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
-//! manifest is read once). Every [`LISTING_EVERY`] it lists each table's `data/` and
+//! manifest is read once). Every `LISTING_EVERY` it lists each table's `data/` and
 //! `metadata/` (to find files no metadata ever referenced: leftovers of failed
 //! commits); the sweeps in between take as candidates the files referenced at the last
 //! sweep and not now, and look on disk only at files whose grace period has passed. A

@@ -24,7 +24,7 @@ use super::model::{CommitTableRequest, CommitTableResponse};
 use super::{RestError, body_of, json, table_of};
 use crate::catalog::RedbCatalog;
 
-/// The `action` of every update [`commit_table`] serves.
+/// The `action` of every update `commit_table` serves.
 pub const SERVED_UPDATES: [&str; 8] = [
     "add-schema",
     "set-current-schema",

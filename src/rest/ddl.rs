@@ -10,6 +10,7 @@
 //! finishes first; a put still streaming into the table fails at its commit with
 //! `NotFound` naming the table, and never recreates it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -108,57 +109,17 @@ pub(super) async fn create_table(
     body: Bytes,
 ) -> Result<Response, RestError> {
     let ns = namespace_of(&path_param(path)?)?;
-    let mut value: serde_json::Value = body_of("CreateTableRequest", &body)?;
-    // Clients send a fresh schema that has no id yet; the first schema is 0 anyway.
-    if let Some(schema) = value.get_mut("schema").and_then(|s| s.as_object_mut()) {
-        schema
-            .entry("schema-id")
-            .or_insert(serde_json::Value::from(0));
-    }
-    let request: CreateTableRequest = serde_json::from_value(value)
-        .map_err(|e| RestError::bad(format!("invalid CreateTableRequest body: {e}")))?;
-    if request.stage_create {
-        // 400: the spec's createTable declares no 406.
-        return Err(RestError::bad(
-            "stage-create is not served: skade creates tables at once; create without it",
-        ));
-    }
+    let request = create_request(&body)?;
     check_new_name(&ns, Some(&request.name))?;
     let ident = TableIdent::new(ns.clone(), request.name.clone());
-    if !catalog
-        .namespace_exists(&ns)
-        .await
-        .map_err(|e| RestError::of_namespace(&ns, e))?
-    {
-        return Err(RestError::NoSuchNamespace {
-            namespace: ns.join("."),
-        });
-    }
-    if catalog
-        .table_exists(&ident)
-        .await
-        .map_err(|e| RestError::of_table(&ident, e))?
-    {
-        return Err(RestError::AlreadyExists {
-            name: format!("table {ident}"),
-        });
-    }
+    check_can_create(&catalog, &ident).await?;
     let location = request
         .location
         .as_deref()
         .map(|l| location_in(catalog.warehouse(), l))
         .transpose()?;
     let mut properties = request.properties;
-    let format_version = match properties.remove("format-version").as_deref() {
-        None | Some("2") => FormatVersion::V2,
-        Some("1") => FormatVersion::V1,
-        Some("3") => FormatVersion::V3,
-        Some(other) => {
-            return Err(RestError::bad(format!(
-                "format-version {other:?} is not 1, 2 or 3"
-            )));
-        }
-    };
+    let format_version = format_version_of(&mut properties)?;
     let creation = TableCreation {
         name: request.name,
         location,
@@ -199,6 +160,72 @@ pub(super) async fn create_table(
                 .collect(),
         },
     )
+}
+
+/// The `CreateTableRequest` of `body`; a schema without an id gets id 0 (clients send a
+/// fresh schema that has none yet; the first schema is 0 anyway).
+///
+/// # Errors
+/// 400 for a body that is not a `CreateTableRequest`, or that asks for `stage-create`
+/// (the spec's createTable declares no 406).
+fn create_request(body: &Bytes) -> Result<CreateTableRequest, RestError> {
+    let mut value: serde_json::Value = body_of("CreateTableRequest", body)?;
+    if let Some(schema) = value.get_mut("schema").and_then(|s| s.as_object_mut()) {
+        schema
+            .entry("schema-id")
+            .or_insert(serde_json::Value::from(0));
+    }
+    let request: CreateTableRequest = serde_json::from_value(value)
+        .map_err(|e| RestError::bad(format!("invalid CreateTableRequest body: {e}")))?;
+    if request.stage_create {
+        return Err(RestError::bad(
+            "stage-create is not served: skade creates tables at once; create without it",
+        ));
+    }
+    Ok(request)
+}
+
+/// Checks that `ident`'s namespace exists and `ident` does not.
+///
+/// # Errors
+/// `NoSuchNamespace` (404), `AlreadyExists` (409), or the catalog's error.
+async fn check_can_create(catalog: &RedbCatalog, ident: &TableIdent) -> Result<(), RestError> {
+    let ns = ident.namespace();
+    if !catalog
+        .namespace_exists(ns)
+        .await
+        .map_err(|e| RestError::of_namespace(ns, e))?
+    {
+        return Err(RestError::NoSuchNamespace {
+            namespace: ns.join("."),
+        });
+    }
+    if catalog
+        .table_exists(ident)
+        .await
+        .map_err(|e| RestError::of_table(ident, e))?
+    {
+        return Err(RestError::AlreadyExists {
+            name: format!("table {ident}"),
+        });
+    }
+    Ok(())
+}
+
+/// Takes the `format-version` table property out of `properties` (the REST spec passes
+/// it as a property): 2 when absent.
+///
+/// # Errors
+/// 400 for a version other than 1, 2 or 3.
+fn format_version_of(properties: &mut HashMap<String, String>) -> Result<FormatVersion, RestError> {
+    match properties.remove("format-version").as_deref() {
+        None | Some("2") => Ok(FormatVersion::V2),
+        Some("1") => Ok(FormatVersion::V1),
+        Some("3") => Ok(FormatVersion::V3),
+        Some(other) => Err(RestError::bad(format!(
+            "format-version {other:?} is not 1, 2 or 3"
+        ))),
+    }
 }
 
 /// `DELETE /v1/namespaces/{namespace}/tables/{table}[?purgeRequested=true]`: removes the

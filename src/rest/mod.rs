@@ -4,9 +4,9 @@
 //! renames and drops them.
 //!
 //! Served, without a `prefix` (`/v1/namespaces/...`): `GET /v1/config`; listing (paginated:
-//! [`page`]), loading, creating and dropping namespaces and updating their properties;
+//! `page.rs`), loading, creating and dropping namespaces and updating their properties;
 //! listing, loading, creating, dropping (with `purgeRequested`) and renaming tables
-//! ([`ddl`]); and committing metadata-only table updates ([`commit`]). `GET /v1/config`
+//! (`ddl.rs`); and committing metadata-only table updates ([`commit`]). `GET /v1/config`
 //! advertises exactly these in `endpoints`; a method a served path does not serve answers
 //! 405, any other path 404. Multi-level namespaces are joined with the unit separator
 //! (`%1F` in a URL). Errors carry the spec's `{"error": ErrorModel}` body ([`RestError`]).

@@ -20,7 +20,7 @@ pub struct CatalogConfig {
     pub endpoints: Vec<&'static str>,
 }
 
-/// `ListNamespacesResponse`, one page of it ([`super::page`]).
+/// `ListNamespacesResponse`, one page of it (`rest/page.rs`).
 #[derive(Debug, Serialize)]
 pub struct ListNamespacesResponse {
     /// The next page's token; `null` on the last page.
@@ -57,7 +57,7 @@ impl From<&TableIdent> for TableIdentifier {
     }
 }
 
-/// `ListTablesResponse`, one page of it ([`super::page`]).
+/// `ListTablesResponse`, one page of it (`rest/page.rs`).
 #[derive(Debug, Serialize)]
 pub struct ListTablesResponse {
     /// The next page's token; `null` on the last page.

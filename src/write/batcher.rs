@@ -243,34 +243,17 @@ impl Batcher {
             }
         };
         self.batches += 1;
+        let (batches, target) = (self.batches, self.limits.target_file_size_bytes);
         let mut full = Vec::new();
         for (partition, part) in parts {
             let part_bytes = batch_bytes(&part);
-            let file = match self.files.entry(partition) {
-                Entry::Occupied(file) => file.into_mut(),
-                Entry::Vacant(slot) => {
-                    let encoder =
-                        FileEncoder::new(self.iceberg_schema.clone(), self.file_props.clone())
-                            .map_err(|source| WriteError::Encode {
-                                table: self.table_name.clone(),
-                                source: Box::new(source),
-                            })?;
-                    self.opened += 1;
-                    slot.insert(OpenFile {
-                        encoder,
-                        bytes: 0,
-                        reservation: Reservation::empty(),
-                        opened: self.opened,
-                        last_batch: 0,
-                    })
-                }
-            };
+            let file = self.open_file(partition)?;
             file.reservation
                 .merge(reservation.split_off(part_bytes as usize));
             file.bytes += part_bytes;
-            file.last_batch = self.batches;
+            file.last_batch = batches;
             file.encoder.push(&part);
-            if file.bytes >= self.limits.target_file_size_bytes {
+            if file.bytes >= target {
                 full.push(file.opened);
             }
         }
@@ -278,6 +261,47 @@ impl Batcher {
         if let (None, Some(interval)) = (self.deadline, self.limits.commit_interval) {
             self.deadline = Some(Instant::now() + interval);
         }
+        self.hand_on_full(full, sink).await?;
+        Ok(rows)
+    }
+
+    /// The open file of `partition`, opened (empty) when there is none.
+    ///
+    /// # Errors
+    /// [`WriteError::Encode`] when the encoder cannot be made.
+    fn open_file(&mut self, partition: PartitionTuple) -> Result<&mut OpenFile, WriteError> {
+        Ok(match self.files.entry(partition) {
+            Entry::Occupied(file) => file.into_mut(),
+            Entry::Vacant(slot) => {
+                let encoder =
+                    FileEncoder::new(self.iceberg_schema.clone(), self.file_props.clone())
+                        .map_err(|source| WriteError::Encode {
+                            table: self.table_name.clone(),
+                            source: Box::new(source),
+                        })?;
+                self.opened += 1;
+                slot.insert(OpenFile {
+                    encoder,
+                    bytes: 0,
+                    reservation: Reservation::empty(),
+                    opened: self.opened,
+                    last_batch: 0,
+                })
+            }
+        })
+    }
+
+    /// Hands on the files `full` names (by opening number) after a batch, with an
+    /// unsequenced partitioned stream's idle files: all open files for a sequenced stream
+    /// or a single file, else each alone.
+    ///
+    /// # Errors
+    /// As [`Self::push`].
+    async fn hand_on_full(
+        &mut self,
+        mut full: Vec<u64>,
+        sink: &mut impl FileSink,
+    ) -> Result<(), WriteError> {
         if self.sequences.is_none() && self.partitioner.is_some() {
             let batches = self.batches;
             full.extend(
@@ -296,7 +320,7 @@ impl Batcher {
                 }
             }
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// Hands every open file (if any) to `sink` and clears the deadline: everything

@@ -39,6 +39,8 @@ pub fn data_file_from_footer(
     size: u64,
     nan_value_counts: HashMap<i32, u64>,
 ) -> iceberg::Result<DataFileBuilder> {
+    // Long on purpose: one pass in the order of iceberg's `parquet_to_data_file_builder`,
+    // kept whole so the two read side by side.
     let mut column_sizes: HashMap<i32, u64> = HashMap::new();
     let mut value_counts: HashMap<i32, u64> = HashMap::new();
     let mut null_counts: HashMap<i32, u64> = HashMap::new();

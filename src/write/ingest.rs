@@ -269,7 +269,8 @@ pub async fn commit_files_with(
 /// once the commit is durable.
 ///
 /// # Errors
-/// As [`commit_files_with`].
+/// As [`commit_files_with`]; a conflict is staged again up to
+/// [`super::multi::COMMIT_RETRIES`] times.
 ///
 /// # Cancel safety
 /// As [`commit_files`].
@@ -282,27 +283,45 @@ pub async fn commit_append(
     let ident = table.identifier();
     let lock = table_commit_lock(table.metadata().uuid());
     let _turn = lock.lock().await;
-    let current = catalog
-        .load_table(ident)
-        .await
-        .map_err(|e| WriteError::catalog(ident, e))?;
-    same_table(table, &current)?;
-    same_spec(table, &current)?;
-    let (requirements, updates) = stage_append(&current, data_files, properties)
-        .await
-        .map_err(|e| WriteError::catalog(ident, e))?;
-    catalog
-        .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
-        .await
-        .and_then(|mut tables| {
-            tables.pop().ok_or_else(|| {
-                iceberg::Error::new(
-                    iceberg::ErrorKind::Unexpected,
-                    "the release returned no table",
-                )
-            })
-        })
-        .map_err(|e| WriteError::catalog(ident, e))
+    let mut attempt = 0;
+    loop {
+        let current = catalog
+            .load_table(ident)
+            .await
+            .map_err(|e| WriteError::catalog(ident, e))?;
+        same_table(table, &current)?;
+        same_spec(table, &current)?;
+        let (requirements, updates) =
+            stage_append(&current, data_files.clone(), properties.clone())
+                .await
+                .map_err(|e| WriteError::catalog(ident, e))?;
+        match catalog
+            .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
+            .await
+        {
+            Ok(mut tables) => {
+                return tables.pop().ok_or_else(|| {
+                    WriteError::catalog(
+                        ident,
+                        iceberg::Error::new(
+                            iceberg::ErrorKind::Unexpected,
+                            "the release returned no table",
+                        ),
+                    )
+                });
+            }
+            // Moved by a writer outside this process's commit turn: stage again on the
+            // table as it now stands, as iceberg's transaction retries a fast append.
+            Err(e)
+                if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts
+                    && e.retryable()
+                    && attempt < super::multi::COMMIT_RETRIES =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(WriteError::catalog(ident, e)),
+        }
+    }
 }
 
 /// Checks that `current` (the table as it stands under this name) is the table the data

@@ -139,7 +139,6 @@ pub async fn commit_staged_with(
     retries: u32,
     properties: HashMap<String, String>,
 ) -> Result<(Vec<Table>, IngestStats), WriteError> {
-    let properties = &properties;
     reject_repeats(staged.iter().map(|s| &s.table))?;
     let mut stats = IngestStats::default();
     let live: Vec<usize> = (0..staged.len())
@@ -149,8 +148,8 @@ pub async fn commit_staged_with(
     if live.is_empty() {
         return Ok((out, stats));
     }
-    let staged = &staged;
-    let mut bases: Vec<Table> = live.iter().map(|&i| staged[i].table.clone()).collect();
+    let parts: Vec<&StagedTable> = live.iter().map(|&i| &staged[i]).collect();
+    let mut bases: Vec<Table> = parts.iter().map(|part| part.table.clone()).collect();
     // Take this process's commit turn on every table (in uuid order, so two multi-table
     // commits cannot deadlock; single-table commits hold one turn at a time). Held until
     // the release, so an in-process writer cannot move a pointer between re-stages.
@@ -163,71 +162,18 @@ pub async fn commit_staged_with(
         _turns.push(lock.lock().await);
     }
     // A table committed while the transaction was open is re-based before the first
-    // stage, instead of after a conflict. Every table at once (here and below): a flush
-    // of N tables waits for its slowest table, not for the sum (the multi-table
-    // latency target).
-    try_join_all(bases.iter_mut().zip(&live).map(|(base, &i)| async move {
-        if staged[i].create {
-            return Ok(());
-        }
-        let ident = base.identifier().clone();
-        let current = catalog
-            .metadata_location(&ident)
-            .await
-            .map_err(|e| WriteError::catalog(&ident, e))?;
-        if base.metadata_location() != Some(current.as_str()) {
-            *base = catalog
-                .load_table(&ident)
-                .await
-                .map_err(|e| WriteError::catalog(&ident, e))?;
-        }
-        Ok::<_, WriteError>(())
-    }))
-    .await?;
+    // stage, instead of after a conflict.
+    rebase(catalog, &parts, &mut bases, true).await?;
     let mut attempt = 0;
     let released = loop {
-        // Each table's manifest and manifest list are written at once, each on the
-        // blocking pool (iceberg's local storage blocks and fsyncs inside its futures).
-        let batch = try_join_all(bases.iter().zip(&live).map(|(base, &i)| async move {
-            let part = &staged[i];
-            if !part.data_files.is_empty() && !part.create {
-                same_table(&part.table, base)?;
-                same_spec(&part.table, base)?;
-            }
-            let (requirements, updates) = if part.data_files.is_empty() {
-                (Vec::new(), Vec::new())
-            } else {
-                let (table, files) = (base.clone(), part.data_files.clone());
-                let properties = properties.clone();
-                let change = match &part.schema_change {
-                    Some(change) => Some((
-                        evolved_handle(catalog, &table, change)
-                            .map_err(|e| WriteError::catalog(base.identifier(), e))?,
-                        change.clone(),
-                    )),
-                    None => None,
-                };
-                run_blocking_io(async move {
-                    match change {
-                        Some((evolved, change)) => {
-                            stage_evolving_append(evolved, &change, files, properties).await
-                        }
-                        None => stage_append(&table, files, properties).await,
-                    }
-                })
-                .await
-                .map_err(|e| WriteError::catalog(base.identifier(), e))?
-            };
-            Ok::<_, WriteError>(if part.create {
-                Release::Create {
-                    table: base.clone(),
-                    requirements,
-                    updates,
-                }
-            } else {
-                Release::Advance((base.identifier().clone(), requirements, updates))
-            })
-        }))
+        // Every table at once (here and in `rebase`): a flush of N tables waits for its
+        // slowest table, not for the sum (the multi-table latency target).
+        let batch = try_join_all(
+            parts
+                .iter()
+                .zip(&bases)
+                .map(|(part, base)| stage_release(catalog, part, base, &properties)),
+        )
         .await?;
         match catalog.atomic_release(batch).await {
             Ok(tables) => break tables,
@@ -239,16 +185,7 @@ pub async fn commit_staged_with(
                 attempt += 1;
                 tracing::debug!(attempt, error = %e, "multi-table commit conflict, re-staging");
                 tokio::time::sleep(RETRY_BASE_WAIT * 2u32.pow(attempt - 1)).await;
-                try_join_all(bases.iter_mut().zip(&live).map(|(base, &i)| async move {
-                    if !staged[i].create {
-                        *base = catalog
-                            .load_table(base.identifier())
-                            .await
-                            .map_err(|e| WriteError::catalog(base.identifier(), e))?;
-                    }
-                    Ok::<_, WriteError>(())
-                }))
-                .await?;
+                rebase(catalog, &parts, &mut bases, false).await?;
             }
             Err(e) => return Err(WriteError::catalog(&names_of(&bases), e)),
         }
@@ -266,6 +203,94 @@ pub async fn commit_staged_with(
     }
     stats.commits = 1;
     Ok((out, stats))
+}
+
+/// Reloads the base of every table `parts` does not create, all at once: only those
+/// whose pointer moved when `only_moved` (a cheap pointer read first), else all of them
+/// (after a conflict).
+///
+/// # Errors
+/// [`WriteError::Catalog`] for a table that cannot be read (e.g. dropped).
+async fn rebase(
+    catalog: &RedbCatalog,
+    parts: &[&StagedTable],
+    bases: &mut [Table],
+    only_moved: bool,
+) -> Result<(), WriteError> {
+    try_join_all(bases.iter_mut().zip(parts).map(|(base, part)| async move {
+        if part.create {
+            return Ok(());
+        }
+        let ident = base.identifier().clone();
+        if only_moved {
+            let current = catalog
+                .metadata_location(&ident)
+                .await
+                .map_err(|e| WriteError::catalog(&ident, e))?;
+            if base.metadata_location() == Some(current.as_str()) {
+                return Ok(());
+            }
+        }
+        *base = catalog
+            .load_table(&ident)
+            .await
+            .map_err(|e| WriteError::catalog(&ident, e))?;
+        Ok::<_, WriteError>(())
+    }))
+    .await
+    .map(drop)
+}
+
+/// One table's part of the release: its fast append (when it has files) staged on
+/// `base` — on the blocking pool, since iceberg's local storage blocks and fsyncs
+/// inside its futures — as an advance of an existing table or the create of a new one.
+///
+/// # Errors
+/// [`WriteError::Catalog`] when `base` is no longer the staged table or its spec
+/// changed, or the stage failed.
+async fn stage_release(
+    catalog: &RedbCatalog,
+    part: &StagedTable,
+    base: &Table,
+    properties: &HashMap<String, String>,
+) -> Result<Release, WriteError> {
+    if !part.data_files.is_empty() && !part.create {
+        same_table(&part.table, base)?;
+        same_spec(&part.table, base)?;
+    }
+    let (requirements, updates) = if part.data_files.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let (table, files) = (base.clone(), part.data_files.clone());
+        let properties = properties.clone();
+        let change = match &part.schema_change {
+            Some(change) => Some((
+                evolved_handle(catalog, &table, change)
+                    .map_err(|e| WriteError::catalog(base.identifier(), e))?,
+                change.clone(),
+            )),
+            None => None,
+        };
+        run_blocking_io(async move {
+            match change {
+                Some((evolved, change)) => {
+                    stage_evolving_append(evolved, &change, files, properties).await
+                }
+                None => stage_append(&table, files, properties).await,
+            }
+        })
+        .await
+        .map_err(|e| WriteError::catalog(base.identifier(), e))?
+    };
+    Ok(if part.create {
+        Release::Create {
+            table: base.clone(),
+            requirements,
+            updates,
+        }
+    } else {
+        Release::Advance((base.identifier().clone(), requirements, updates))
+    })
 }
 
 /// Encodes and writes every table's groups (in input order, each on all cores), then

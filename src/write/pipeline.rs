@@ -282,97 +282,121 @@ async fn overlap(
     files_per_commit: usize,
     props: &WriteProps,
     writer_id: Option<&str>,
-    mut evolve: Option<SchemaChange>,
+    evolve: Option<SchemaChange>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     let depth = props.channel_depth.max(1);
-    let files_per_commit = files_per_commit.max(1);
-    let (tx, mut rx) = mpsc::channel::<Written>(depth);
-    let mut names = FileNames::new();
-
-    // Writer: ≤ depth encodes/writes in flight; `buffered` re-sequences completions into
-    // submission order (the reorder buffer) before they enter the bounded channel.
-    let writer = async move {
-        let written = input
-            .map_ok(|item| {
-                let path = match &item {
-                    Segment::File(..) | Segment::Encoded(_) => Some(names.next_path(table)),
-                    Segment::Commit => None,
-                };
-                prepare(table, item, path)
-            })
-            .try_buffered(depth);
-        let mut written = std::pin::pin!(written);
-        while let Some(item) = written.next().await {
-            let Some(item) = item? else { continue };
-            if tx.send(item).await.is_err() {
-                break; // the committer failed; its error wins
-            }
-        }
-        Ok::<(), WriteError>(())
-    };
-
-    // Committer: one sequential consumer beside the writer.
-    let committer = async {
-        let mut table = table.clone();
-        let mut stats = IngestStats::default();
-        let mut pending: Vec<DataFile> = Vec::new();
-        let mut pending_sequences: Option<(u64, u64)> = None;
-        let mut last_sequence: Option<u64> = None;
-        loop {
-            let item = rx.recv().await;
-            let done = item.is_none();
-            let commit_now = match item {
-                Some(Written::File(file, sequences, boundary)) => {
-                    pending.push(*file);
-                    pending_sequences = widen(pending_sequences, sequences);
-                    boundary && pending.len() >= files_per_commit
-                }
-                Some(Written::Commit) | None => true,
-            };
-            if commit_now && !pending.is_empty() {
-                let files = std::mem::take(&mut pending);
-                let mut committed = IngestStats::default();
-                committed.add_commit(&files);
-                let started = Instant::now();
-                let properties = match (writer_id, pending_sequences.take()) {
-                    (Some(writer), Some((first, last))) => {
-                        last_sequence = Some(last);
-                        marks::summary(writer, first, last)
-                    }
-                    _ => HashMap::new(),
-                };
-                table = match (catalog, evolve.take()) {
-                    (Committer::Redb(redb), Some(change)) => {
-                        commit_evolving(redb, &table, &change, files, properties).await?
-                    }
-                    (Committer::Redb(redb), None) => {
-                        commit_append(redb, &table, files, properties).await?
-                    }
-                    (Committer::Any(any), _) => {
-                        commit_files_with(any, &table, files, properties).await?
-                    }
-                };
-                stats.rows += committed.rows;
-                stats.files += committed.files;
-                stats.bytes += committed.bytes;
-                stats.commits += 1;
-                on_commit(&CommitReport {
-                    table: table.clone(),
-                    committed,
-                    cumulative: stats,
-                    last_sequence,
-                    duration: started.elapsed(),
-                });
-            }
-            if done {
-                return Ok::<_, WriteError>((table, stats));
-            }
-        }
-    };
-
+    let (tx, rx) = mpsc::channel::<Written>(depth);
+    let writer = write_in_order(table, input, depth, tx);
+    let committer = commit_in_turn(
+        catalog,
+        table,
+        rx,
+        files_per_commit.max(1),
+        writer_id,
+        evolve,
+        on_commit,
+    );
     let ((), result) = tokio::try_join!(writer, committer)?;
     Ok(result)
+}
+
+/// The writer half of [`overlap`]: ≤ `depth` encodes/writes in flight; `buffered`
+/// re-sequences completions into submission order (the reorder buffer) before they enter
+/// the bounded channel `tx`.
+async fn write_in_order(
+    table: &Table,
+    input: impl Stream<Item = Result<Segment, WriteError>> + Send,
+    depth: usize,
+    tx: mpsc::Sender<Written>,
+) -> Result<(), WriteError> {
+    let mut names = FileNames::new();
+    let written = input
+        .map_ok(|item| {
+            let path = match &item {
+                Segment::File(..) | Segment::Encoded(_) => Some(names.next_path(table)),
+                Segment::Commit => None,
+            };
+            prepare(table, item, path)
+        })
+        .try_buffered(depth);
+    let mut written = std::pin::pin!(written);
+    while let Some(item) = written.next().await {
+        let Some(item) = item? else { continue };
+        if tx.send(item).await.is_err() {
+            break; // the committer failed; its error wins
+        }
+    }
+    Ok(())
+}
+
+/// The committer half of [`overlap`]: one sequential consumer beside the writer, which
+/// commits every `files_per_commit` files (at a commit boundary), at each
+/// [`Written::Commit`] and at the end.
+async fn commit_in_turn(
+    catalog: Committer<'_>,
+    table: &Table,
+    mut rx: mpsc::Receiver<Written>,
+    files_per_commit: usize,
+    writer_id: Option<&str>,
+    mut evolve: Option<SchemaChange>,
+    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
+) -> Result<(Table, IngestStats), WriteError> {
+    let mut table = table.clone();
+    let mut stats = IngestStats::default();
+    let mut pending: Vec<DataFile> = Vec::new();
+    let mut pending_sequences: Option<(u64, u64)> = None;
+    let mut last_sequence: Option<u64> = None;
+    loop {
+        let item = rx.recv().await;
+        let done = item.is_none();
+        let commit_now = match item {
+            Some(Written::File(file, sequences, boundary)) => {
+                pending.push(*file);
+                pending_sequences = widen(pending_sequences, sequences);
+                boundary && pending.len() >= files_per_commit
+            }
+            Some(Written::Commit) | None => true,
+        };
+        if commit_now && !pending.is_empty() {
+            let files = std::mem::take(&mut pending);
+            let mut committed = IngestStats::default();
+            committed.add_commit(&files);
+            let started = Instant::now();
+            let properties = match (writer_id, pending_sequences.take()) {
+                (Some(writer), Some((first, last))) => {
+                    last_sequence = Some(last);
+                    marks::summary(writer, first, last)
+                }
+                _ => HashMap::new(),
+            };
+            table = match (catalog, evolve.take()) {
+                (Committer::Redb(redb), Some(change)) => {
+                    commit_evolving(redb, &table, &change, files, properties).await?
+                }
+                (Committer::Redb(redb), None) => {
+                    commit_append(redb, &table, files, properties).await?
+                }
+                (Committer::Any(any), _) => {
+                    commit_files_with(any, &table, files, properties).await?
+                }
+            };
+            stats.rows += committed.rows;
+            stats.files += committed.files;
+            stats.bytes += committed.bytes;
+            stats.commits += 1;
+            on_commit(&CommitReport {
+                table: table.clone(),
+                committed,
+                cumulative: stats,
+                last_sequence,
+                duration: started.elapsed(),
+            });
+        }
+        if done {
+            return Ok((table, stats));
+        }
+    }
 }
 
 /// Waits for `encoder`'s row groups (on the blocking pool) and assembles its file.

@@ -2,7 +2,7 @@
 //!
 //! iceberg 0.10.1 keeps `FastAppendAction::commit` crate-private and `TableCommit`'s
 //! builder too, so an outside caller cannot ask for a fast append's commit directly. A
-//! [`StagingCatalog`] is the seam (`docs/design/ingest_multi.md` §f3, translated): its
+//! `StagingCatalog` is the seam (`docs/design/ingest_multi.md` §f3, translated): its
 //! `load_table` returns exactly the base table and its `update_table` keeps the commit's
 //! requirements and updates instead of applying them. Running the ordinary
 //! `Transaction::commit` against it writes the same manifest and manifest list a real

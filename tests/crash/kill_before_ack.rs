@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use arrow_flight::FlightDescriptor;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use prost::Message;
 use skade::proto::CommitAck;
 
@@ -93,14 +93,7 @@ async fn a_kill_between_commit_and_ack_then_a_resend_lands_once() {
     let (mut server, flight, metrics) = spawn_server(&data_dir, &log, None, &[], &quiet);
     wait_healthy(&mut server, metrics).await;
     let mut client = common::client_at(flight).await;
-    let reply: Vec<bytes::Bytes> = client
-        .do_action(arrow_flight::Action::new("skade.v1.WriterMarks", "w"))
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let reply: serde_json::Value = serde_json::from_slice(&reply[0]).unwrap();
+    let reply = common::writer_marks_reply(&mut client, "w").await;
     assert_eq!(
         reply["marks"][0]["sequence"], 4,
         "the unacked commit is durable: {reply}"

@@ -9,7 +9,7 @@ use crate::common;
 use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
-use arrow_flight::{Action, FlightClient, FlightData, FlightDescriptor};
+use arrow_flight::{FlightClient, FlightData, FlightDescriptor};
 use common::{TestServer, count, get, metric, status_of, synthetic_batch};
 use futures::TryStreamExt;
 use iceberg::{Catalog, TableIdent};
@@ -147,14 +147,7 @@ async fn a_producer_resumes_from_its_high_water_mark() {
     keyed_put(&mut client, "w2", 1, batches(0, 4))
         .await
         .unwrap();
-    let reply: Vec<_> = client
-        .do_action(Action::new("skade.v1.WriterMarks", "w2"))
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let marks: serde_json::Value = serde_json::from_slice(&reply[0]).unwrap();
+    let marks = common::writer_marks_reply(&mut client, "w2").await;
     assert_eq!(marks["writer_id"], "w2");
     assert_eq!(marks["marks"][0]["table"], "eo.t");
     assert_eq!(marks["marks"][0]["sequence"], 4);
@@ -217,14 +210,7 @@ async fn racing_duplicates_land_once() {
 
 /// The marks `writer` has, as the `skade.v1.WriterMarks` action reports them.
 async fn marks_of(client: &mut FlightClient, writer: &str) -> Vec<serde_json::Value> {
-    let reply: Vec<bytes::Bytes> = client
-        .do_action(Action::new("skade.v1.WriterMarks", writer.to_string()))
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let reply: serde_json::Value = serde_json::from_slice(&reply[0]).unwrap();
+    let reply = common::writer_marks_reply(client, writer).await;
     reply["marks"].as_array().cloned().unwrap_or_default()
 }
 

@@ -233,6 +233,21 @@ pub async fn put_with_schema(
         .collect())
 }
 
+/// The `skade.v1.WriterMarks` action's JSON reply for `writer`.
+pub async fn writer_marks_reply(client: &mut FlightClient, writer: &str) -> serde_json::Value {
+    let reply: Vec<bytes::Bytes> = client
+        .do_action(arrow_flight::Action::new(
+            "skade.v1.WriterMarks",
+            writer.to_string(),
+        ))
+        .await
+        .expect("WriterMarks")
+        .try_collect()
+        .await
+        .expect("WriterMarks reply");
+    serde_json::from_slice(&reply[0]).expect("WriterMarks JSON")
+}
+
 /// Reads a table back through GetFlightInfo + DoGet.
 pub async fn get(client: &mut FlightClient, path: &[&str]) -> Vec<RecordBatch> {
     let descriptor = FlightDescriptor::new_path(path.iter().map(|s| s.to_string()).collect());
