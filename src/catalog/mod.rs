@@ -19,6 +19,7 @@
 pub mod durable;
 #[doc(hidden)]
 pub mod fault;
+pub(crate) mod file_store;
 pub mod gc;
 mod group_commit;
 pub mod marks;

@@ -165,6 +165,55 @@ impl ObjectStorage {
             })
             .collect())
     }
+
+    /// The object at `location` (`s3://bucket/key`) with its size and last-modified
+    /// time; `None` when there is none.
+    ///
+    /// # Errors
+    /// The object store's error (other than not found).
+    pub async fn stat(&self, location: &str) -> Result<Option<ListedObject>> {
+        let (op, key) = self.operator(location)?;
+        let stat = self
+            .observed("stat", async {
+                match op.stat(key).await {
+                    Ok(meta) => Ok(Some(meta)),
+                    Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(from_opendal(e)),
+                }
+            })
+            .await?;
+        Ok(stat.map(|meta| ListedObject {
+            location: location.to_string(),
+            size_bytes: meta.content_length(),
+            modified: meta.last_modified().map(std::time::SystemTime::from),
+        }))
+    }
+
+    /// Deletes the objects at `locations` (`s3://bucket/key`), in batches per bucket (S3
+    /// `DeleteObjects`, up to 1000 keys a request); an object already gone is not an
+    /// error.
+    ///
+    /// # Errors
+    /// The object store's error; objects of earlier batches may be gone by then.
+    pub async fn delete_all(&self, locations: &[String]) -> Result<()> {
+        let mut by_bucket: HashMap<&str, Vec<&str>> = HashMap::new();
+        for location in locations {
+            let (bucket, _) = split_s3(location)?;
+            by_bucket.entry(bucket).or_default().push(location);
+        }
+        for (_, locations) in by_bucket {
+            let (op, _) = self.operator(locations[0])?;
+            let keys = locations
+                .iter()
+                .map(|l| split_s3(l).map(|(_, key)| key.to_string()))
+                .collect::<Result<Vec<_>>>()?;
+            self.observed("delete", async {
+                op.delete_iter(keys).await.map_err(from_opendal)
+            })
+            .await?;
+        }
+        Ok(())
+    }
 }
 
 /// One object found by [`ObjectStorage::list`].

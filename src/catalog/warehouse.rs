@@ -18,7 +18,7 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind, Result};
 
-use super::object_store::{ObjectStorageFactory, ObjectStoreMetrics};
+use super::object_store::{ObjectStorage, ObjectStorageFactory, ObjectStoreMetrics};
 use super::storage;
 
 /// The region used when neither `--s3-region` nor `AWS_REGION`/`AWS_DEFAULT_REGION` says
@@ -117,6 +117,18 @@ impl Warehouse {
         match self {
             Self::Local(path) => Some(path),
             Self::S3(_) => None,
+        }
+    }
+
+    /// The object storage of an S3 warehouse (counting on its metrics), for listing and
+    /// removing objects; `None` for a local warehouse.
+    pub fn object_storage(&self) -> Option<ObjectStorage> {
+        match self {
+            Self::Local(_) => None,
+            Self::S3(s3) => Some(ObjectStorage::new(
+                &s3.storage_properties(),
+                s3.metrics.clone(),
+            )),
         }
     }
 

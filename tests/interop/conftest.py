@@ -143,7 +143,8 @@ def launch_skade(
     """Start ``skade serve`` on free loopback ports with a fresh data dir under ``base``
     (plus ``extra_args``, and ``env`` over this process's environment), wait for
     ``/healthz``, yield it, and stop it with SIGTERM, failing unless it exits 0.
-    ``fields`` fill the optional ``SkadeServer`` fields."""
+    ``fields`` fill the optional ``SkadeServer`` fields. A second launch on the same
+    ``base`` (after the first stopped) restarts on the same data dir, its log appended."""
     binary = Path(os.environ.get("SKADE_BIN", str(DEFAULT_BIN)))
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(
@@ -153,7 +154,7 @@ def launch_skade(
         )
 
     data_dir = base / "data"
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     log_path = base / "skade.log"
     flight_port, metrics_port = free_tcp_ports(2)
 
@@ -168,7 +169,7 @@ def launch_skade(
         f"127.0.0.1:{metrics_port}",
         *(extra_args or []),
     ]
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
