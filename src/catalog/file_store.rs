@@ -275,10 +275,7 @@ mod tests {
     #[test]
     fn plain_paths_only() {
         let local = FileStore::Local;
-        assert_eq!(
-            local.path_of("file:///w/t"),
-            Some(PathBuf::from("/w/t"))
-        );
+        assert_eq!(local.path_of("file:///w/t"), Some(PathBuf::from("/w/t")));
         assert_eq!(local.path_of("w/t"), None);
         assert_eq!(local.path_of("/w/../t"), None);
         let warehouse = Warehouse::parse("s3://b/w", S3Options::default()).expect("parse");

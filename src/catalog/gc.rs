@@ -15,8 +15,10 @@
 //!
 //! A file is removed only when it is unreferenced AND older (by modification time) than
 //! the grace period. Only regular files directly or deeper under `<location>/data/` and
-//! `<location>/metadata/` of a catalog table are considered; anything else under the
-//! warehouse is left alone.
+//! `<location>/metadata/` of a catalog table are considered (objects under those
+//! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
+//! through [`super::file_store::FileStore`]); anything else under the warehouse is left
+//! alone.
 //!
 //! gc holds the catalog open for the whole run, so it cannot run beside a live server:
 //! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
@@ -151,7 +153,12 @@ pub enum GcError {
 /// # Errors
 /// As [`collect_garbage_in`].
 pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcReport, GcError> {
-    collect_garbage_in(data_dir, Warehouse::Local(data_dir.join("warehouse")), options).await
+    collect_garbage_in(
+        data_dir,
+        Warehouse::Local(data_dir.join("warehouse")),
+        options,
+    )
+    .await
 }
 
 /// Removes the orphan files (or objects) of every table of the catalog in `data_dir`,

@@ -1,6 +1,10 @@
 //! Online file cleanup: removing files no retained snapshot or metadata log references,
 //! while the server runs.
 //!
+//! The rules below hold on a local warehouse and on S3 alike: only how files are listed,
+//! inspected and removed differs ([`FileStore`]; on S3 a file's modification time is its
+//! `Last-Modified`).
+//!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
 //! manifest is read once). Every [`LISTING_EVERY`] it lists each table's `data/` and
