@@ -17,9 +17,11 @@ What is tested, with a real ``skade serve --warehouse s3://...`` and real client
   ``purgeRequested`` removes the table's objects, and ``skade gc`` with the server's S3
   flags removes orphan objects.
 
-moto (``moto[server]`` from PyPI) is started by the ``moto`` fixture; the AWS
+moto (``moto[server]`` from PyPI) is started by conftest's ``moto`` fixture; the AWS
 credentials are given to skade and boto3 only, never to this process's environment,
-so the readers can only work with what the REST catalog hands them.
+so the readers can only work with what the REST catalog hands them. The core interop
+modules (``test_flight_roundtrip``, ``test_adbc``, ``test_rest_catalog``) run on an S3
+warehouse too (``any_warehouse_server``).
 """
 
 from __future__ import annotations
@@ -33,96 +35,28 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import boto3
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import DEFAULT_BIN, free_tcp_ports, launch_skade
+from conftest import (
+    DEFAULT_BIN,
+    S3_BUCKET,
+    S3_CREDENTIALS,
+    launch_skade,
+    s3_args,
+    s3_client,
+    s3_keys,
+)
 from test_adbc import NYCFLIGHTS_TABLES, commits, metric, source
 from test_flight_roundtrip import assert_tables_equal
 
-BUCKET = "skade-warehouse"
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "skade-test-key",
-    "AWS_SECRET_ACCESS_KEY": "skade-test-secret",
-    "AWS_REGION": "us-east-1",
-}
+BUCKET = S3_BUCKET
+CREDENTIALS = S3_CREDENTIALS
+keys = s3_keys
 RELAY = Path(__file__).resolve().parent / "s3_relay.py"
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _reachable(url: str) -> bool:
-    try:
-        with NO_PROXY.open(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _wait(proc: subprocess.Popen, url: str, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not _reachable(url):
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited with code {proc.returncode}", pytrace=False)
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not answer at {url} within {timeout_s:.0f}s", pytrace=False)
-        time.sleep(0.1)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    """moto's S3 server on a free loopback port, with the bucket ``BUCKET``; yields its
-    endpoint URL."""
-    [port] = free_tcp_ports(1)
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        _wait(proc, endpoint, "moto_server")
-        s3_client(endpoint).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
-def s3_client(endpoint: str):
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        region_name=CREDENTIALS["AWS_REGION"],
-    )
-
-
-def keys(endpoint: str, prefix: str) -> list[str]:
-    pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(
-        Bucket=BUCKET, Prefix=prefix
-    )
-    return [o["Key"] for page in pages for o in page.get("Contents", [])]
-
-
-def s3_args(endpoint: str, prefix: str) -> list[str]:
-    return [
-        "--warehouse",
-        f"s3://{BUCKET}/{prefix}",
-        "--s3-endpoint",
-        endpoint,
-        "--s3-path-style-access",
-        "true",
-        "--s3-vend-credentials",
-        "true",
-    ]
 
 
 @pytest.fixture(scope="module")
