@@ -88,6 +88,8 @@ pub struct ObjectStorage {
     config: Arc<S3Config>,
     #[serde(skip)]
     metrics: Option<ObjectStoreMetrics>,
+    #[serde(skip)]
+    recent: Arc<RecentLists>,
 }
 
 impl ObjectStorage {
@@ -103,6 +105,7 @@ impl ObjectStorage {
             },
             config,
             metrics,
+            recent: Arc::default(),
         }
     }
 
@@ -196,6 +199,9 @@ impl ObjectStorage {
     /// # Errors
     /// The object store's error; objects of earlier batches may be gone by then.
     pub async fn delete_all(&self, locations: &[String]) -> Result<()> {
+        for location in locations {
+            self.recent.forget(location);
+        }
         let mut by_bucket: HashMap<&str, Vec<&str>> = HashMap::new();
         for location in locations {
             let (bucket, _) = split_s3(location)?;
@@ -213,6 +219,59 @@ impl ObjectStorage {
             .await?;
         }
         Ok(())
+    }
+}
+
+/// The manifest lists this storage wrote lately, by location, served to reads from memory.
+///
+/// A fast append reads its parent snapshot's manifest list back (iceberg's
+/// `SnapshotProducer` carries the earlier manifests on), so without this every commit of
+/// a stream paid one more round trip to the store for the list the commit before it had
+/// just uploaded. Iceberg never rewrites a file under the same location (every manifest
+/// list's name holds its snapshot id and a fresh UUID), so serving a read of a list
+/// that completed its upload from memory returns exactly what the store holds. Deleted
+/// lists are forgotten.
+#[derive(Debug, Default)]
+struct RecentLists {
+    entries: std::sync::Mutex<std::collections::VecDeque<(String, Bytes)>>,
+}
+
+impl RecentLists {
+    /// Lists kept (the oldest go first): one per recent commit of the busiest tables.
+    const ENTRIES: usize = 256;
+    /// A list larger than this (bytes) is not kept.
+    const MAX_BYTES: usize = 1024 * 1024;
+
+    /// Whether `location` names a manifest list (`.../metadata/snap-*.avro`).
+    fn keeps(location: &str) -> bool {
+        location
+            .rsplit_once("/metadata/")
+            .is_some_and(|(_, name)| name.starts_with("snap-") && name.ends_with(".avro"))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(String, Bytes)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn get(&self, location: &str) -> Option<Bytes> {
+        self.lock()
+            .iter()
+            .find(|(l, _)| l == location)
+            .map(|(_, bytes)| bytes.clone())
+    }
+
+    fn insert(&self, location: String, bytes: Bytes) {
+        let mut entries = self.lock();
+        if entries.len() >= Self::ENTRIES {
+            entries.pop_front();
+        }
+        entries.push_back((location, bytes));
+    }
+
+    fn forget(&self, location: &str) {
+        self.lock().retain(|(l, _)| l != location);
     }
 }
 
@@ -239,6 +298,9 @@ impl Storage for ObjectStorage {
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
+        if let Some(bytes) = self.recent.get(path) {
+            return Ok(bytes);
+        }
         self.observed("read", self.inner.read(path)).await
     }
 
@@ -248,6 +310,8 @@ impl Storage for ObjectStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
         let (op, key) = self.operator(path)?;
+        let kept =
+            (RecentLists::keeps(path) && bs.len() <= RecentLists::MAX_BYTES).then(|| bs.clone());
         self.observed("write", async {
             op.write_with(key, bs)
                 .chunk(PART_BYTES)
@@ -256,7 +320,11 @@ impl Storage for ObjectStorage {
                 .map(|_| ())
                 .map_err(from_opendal)
         })
-        .await
+        .await?;
+        if let Some(bytes) = kept {
+            self.recent.insert(path.to_string(), bytes);
+        }
+        Ok(())
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
@@ -271,10 +339,13 @@ impl Storage for ObjectStorage {
             writer,
             started: Instant::now(),
             metrics: self.metrics.clone(),
+            kept: RecentLists::keeps(path).then(|| (path.to_string(), Vec::new())),
+            recent: self.recent.clone(),
         }))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
+        self.recent.forget(path);
         self.observed("delete", self.inner.delete(path)).await
     }
 
@@ -302,11 +373,21 @@ struct ObjectWrite {
     writer: opendal::Writer,
     started: Instant,
     metrics: Option<ObjectStoreMetrics>,
+    /// A manifest list's location and the bytes written so far, for [`RecentLists`].
+    kept: Option<(String, Vec<u8>)>,
+    recent: Arc<RecentLists>,
 }
 
 #[async_trait]
 impl FileWrite for ObjectWrite {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
+        if let Some((_, kept)) = &mut self.kept {
+            if kept.len() + bs.len() <= RecentLists::MAX_BYTES {
+                kept.extend_from_slice(&bs);
+            } else {
+                self.kept = None;
+            }
+        }
         let out = self.writer.write(bs).await.map_err(from_opendal);
         if out.is_err()
             && let Some(metrics) = &self.metrics
@@ -318,6 +399,12 @@ impl FileWrite for ObjectWrite {
 
     async fn close(&mut self) -> Result<()> {
         let out = self.writer.close().await.map(|_| ()).map_err(from_opendal);
+        // Only a complete object is served from memory.
+        if out.is_ok()
+            && let Some((location, bytes)) = self.kept.take()
+        {
+            self.recent.insert(location, Bytes::from(bytes));
+        }
         if let Some(metrics) = &self.metrics {
             metrics.observe("write", self.started, out.is_ok());
         }
@@ -387,5 +474,20 @@ mod tests {
         );
         assert_eq!(split_s3("s3://b").expect("split"), ("b", ""));
         assert!(split_s3("s3:///k").is_err());
+    }
+
+    #[test]
+    fn recent_lists_keep_manifest_lists_only_and_forget_deleted_ones() {
+        assert!(RecentLists::keeps("s3://b/w/t/metadata/snap-1-0-u.avro"));
+        assert!(!RecentLists::keeps("s3://b/w/t/metadata/u-m0.avro"));
+        assert!(!RecentLists::keeps("s3://b/w/t/data/snap-1.avro"));
+        let recent = RecentLists::default();
+        for i in 0..=RecentLists::ENTRIES {
+            recent.insert(format!("l{i}"), Bytes::from(vec![1]));
+        }
+        assert_eq!(recent.get("l0"), None, "the oldest goes first");
+        assert_eq!(recent.get("l1"), Some(Bytes::from(vec![1])));
+        recent.forget("l1");
+        assert_eq!(recent.get("l1"), None);
     }
 }

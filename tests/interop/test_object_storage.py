@@ -346,3 +346,17 @@ def test_gc_removes_orphan_objects(tmp_path, moto):
     with running(tmp_path, s3_args(moto, "gc")) as server:
         tbl = rest_catalog(server).load_table("ns.t")
         assert_tables_equal(tbl.scan().to_arrow(), table, what="pyiceberg", ordered=False)
+
+
+# Catches: every commit of a stream reading back from S3 the manifest list the commit
+# before it had just uploaded (one more round trip per commit).
+def test_a_commit_does_not_read_back_its_parents_manifest_list(tmp_path, moto):
+    with running(tmp_path, s3_args(moto, "reads") + ["--maintenance", "false"]) as server:
+        put(server, ("ns", "t"), pa.table({"id": [0]}))
+        before = metric(server, 'skade_object_store_requests_total{op="read"}')
+        for i in range(1, 6):
+            put(server, ("ns", "t"), pa.table({"id": [i]}))
+        assert metric(server, 'skade_object_store_requests_total{op="read"}') == before
+        tbl = rest_catalog(server).load_table("ns.t")
+        assert len(tbl.metadata.snapshots) == 6
+        assert sorted(tbl.scan().to_arrow().column("id").to_pylist()) == list(range(6))
