@@ -28,6 +28,7 @@ pub mod object_store;
 mod pins;
 mod purge;
 pub mod storage;
+pub mod uploads;
 pub mod warehouse;
 
 use std::collections::{HashMap, HashSet};
@@ -651,6 +652,12 @@ impl RedbCatalog {
     /// # Errors
     /// As [`Committer::submit`]; nothing of `prepared` is visible then.
     async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
+        // On S3 a commit's manifests upload behind their writers: stored before queued.
+        if let Some(uploads) = self.warehouse.pending_uploads() {
+            for p in &prepared {
+                uploads.wait_under(p.table.metadata().location()).await?;
+            }
+        }
         let flips = prepared
             .iter()
             .map(|p| Flip {

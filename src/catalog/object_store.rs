@@ -26,6 +26,8 @@ use iceberg_storage_opendal::OpenDalStorage;
 use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::services::S3Config;
 use opendal::{Configurator, Operator};
+
+use super::uploads::PendingUploads;
 use serde::{Deserialize, Serialize};
 
 /// Bytes per part of a multipart upload (S3's minimum is 5 MiB but for the last part).
@@ -62,22 +64,26 @@ impl ObjectStoreMetrics {
 pub struct ObjectStorageFactory {
     #[serde(skip)]
     metrics: Option<ObjectStoreMetrics>,
+    #[serde(skip)]
+    uploads: Arc<PendingUploads>,
 }
 
 impl ObjectStorageFactory {
-    /// A factory whose storages count their operations on `metrics`.
-    pub fn new(metrics: Option<ObjectStoreMetrics>) -> Self {
-        Self { metrics }
+    /// A factory whose storages count their operations on `metrics` and register their
+    /// write-behind uploads in `uploads` (the warehouse's, awaited by the catalog before
+    /// a pointer moves).
+    pub fn new(metrics: Option<ObjectStoreMetrics>, uploads: Arc<PendingUploads>) -> Self {
+        Self { metrics, uploads }
     }
 }
 
 #[typetag::serde]
 impl StorageFactory for ObjectStorageFactory {
     fn build(&self, config: &StorageConfig) -> Result<Arc<dyn Storage>> {
-        Ok(Arc::new(ObjectStorage::new(
-            config.props(),
-            self.metrics.clone(),
-        )))
+        Ok(Arc::new(
+            ObjectStorage::new(config.props(), self.metrics.clone())
+                .with_uploads(self.uploads.clone()),
+        ))
     }
 }
 
@@ -90,6 +96,8 @@ pub struct ObjectStorage {
     metrics: Option<ObjectStoreMetrics>,
     #[serde(skip)]
     recent: Arc<RecentLists>,
+    #[serde(skip)]
+    uploads: Arc<PendingUploads>,
 }
 
 impl ObjectStorage {
@@ -106,7 +114,15 @@ impl ObjectStorage {
             config,
             metrics,
             recent: Arc::default(),
+            uploads: Arc::default(),
         }
+    }
+
+    /// Registers this storage's write-behind uploads in `uploads` (see
+    /// [`super::uploads`]).
+    pub fn with_uploads(mut self, uploads: Arc<PendingUploads>) -> Self {
+        self.uploads = uploads;
+        self
     }
 
     /// An operator on `path`'s bucket and the key of `path` in it.
@@ -264,6 +280,7 @@ impl RecentLists {
 
     fn insert(&self, location: String, bytes: Bytes) {
         let mut entries = self.lock();
+        entries.retain(|(l, _)| *l != location);
         if entries.len() >= Self::ENTRIES {
             entries.pop_front();
         }
@@ -290,10 +307,12 @@ pub struct ListedObject {
 #[typetag::serde]
 impl Storage for ObjectStorage {
     async fn exists(&self, path: &str) -> Result<bool> {
+        self.uploads.settled(path).await;
         self.observed("stat", self.inner.exists(path)).await
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
+        self.uploads.settled(path).await;
         self.observed("stat", self.inner.metadata(path)).await
     }
 
@@ -301,10 +320,12 @@ impl Storage for ObjectStorage {
         if let Some(bytes) = self.recent.get(path) {
             return Ok(bytes);
         }
+        self.uploads.settled(path).await;
         self.observed("read", self.inner.read(path)).await
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
+        self.uploads.settled(path).await;
         self.observed("read", self.inner.reader(path)).await
     }
 
@@ -328,6 +349,16 @@ impl Storage for ObjectStorage {
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
+        // Manifests and manifest lists upload behind their writer (on a runtime, where
+        // the upload can run on its own): see `super::uploads`.
+        if PendingUploads::behind(path) && tokio::runtime::Handle::try_current().is_ok() {
+            split_s3(path)?;
+            return Ok(Box::new(BehindWrite {
+                storage: self.clone(),
+                location: path.to_string(),
+                bytes: Vec::new(),
+            }));
+        }
         let (op, key) = self.operator(path)?;
         let writer = op
             .writer_with(key)
@@ -365,6 +396,42 @@ impl Storage for ObjectStorage {
 
     fn new_output(&self, path: &str) -> Result<OutputFile> {
         Ok(OutputFile::new(Arc::new(self.clone()), path.to_string()))
+    }
+}
+
+/// A manifest or manifest list gathered in memory; `close` starts its upload and returns
+/// (the catalog waits for it before any pointer names it: [`PendingUploads::wait_under`]).
+struct BehindWrite {
+    storage: ObjectStorage,
+    location: String,
+    bytes: Vec<u8>,
+}
+
+#[async_trait]
+impl FileWrite for BehindWrite {
+    async fn write(&mut self, bs: Bytes) -> Result<()> {
+        self.bytes.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        let bytes = Bytes::from(std::mem::take(&mut self.bytes));
+        if RecentLists::keeps(&self.location) && bytes.len() <= RecentLists::MAX_BYTES {
+            self.storage
+                .recent
+                .insert(self.location.clone(), bytes.clone());
+        }
+        let (storage, location) = (self.storage.clone(), self.location.clone());
+        self.storage
+            .uploads
+            .start(self.location.clone(), async move {
+                let out = storage.write(&location, bytes).await;
+                if out.is_err() {
+                    storage.recent.forget(&location);
+                }
+                out
+            });
+        Ok(())
     }
 }
 

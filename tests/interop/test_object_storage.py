@@ -66,11 +66,11 @@ def s3_server(tmp_path_factory, moto):
     )
 
 
-@pytest.fixture
-def relay(moto):
-    """A relay in front of moto that refuses every write; yields its endpoint."""
+@contextlib.contextmanager
+def relay_to(moto: str, *refusing: str):
+    """``s3_relay.py`` in front of moto with the flags ``refusing``; yields its endpoint."""
     proc = subprocess.Popen(
-        [sys.executable, str(RELAY), "--upstream", moto, "--refuse-writes"],
+        [sys.executable, str(RELAY), "--upstream", moto, *refusing],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -81,6 +81,13 @@ def relay(moto):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture
+def relay(moto):
+    """A relay in front of moto that refuses every write; yields its endpoint."""
+    with relay_to(moto, "--refuse-writes") as endpoint:
+        yield endpoint
 
 
 def put(server, path: tuple[str, ...], table: pa.Table) -> None:
@@ -360,3 +367,16 @@ def test_a_commit_does_not_read_back_its_parents_manifest_list(tmp_path, moto):
         tbl = rest_catalog(server).load_table("ns.t")
         assert len(tbl.metadata.snapshots) == 6
         assert sorted(tbl.scan().to_arrow().column("id").to_pylist()) == list(range(6))
+
+
+# Catches: a commit whose manifest upload (which runs behind the writer on S3) failed
+# moving the table's pointer anyway -- a snapshot naming a manifest that is not stored --
+# or failing with anything but Unavailable.
+def test_a_refused_manifest_upload_fails_the_commit_and_moves_no_pointer(tmp_path, moto):
+    with relay_to(moto, "--refuse-writes-to=-m0.avro") as endpoint:
+        with running(tmp_path, s3_args(endpoint, "nomanifest")) as server:
+            with pytest.raises(flight.FlightUnavailableError, match="m0.avro"):
+                put(server, ("ns", "t"), pa.table({"id": [1, 2, 3]}))
+            assert commits(server) == 0, "a commit without its manifest moved a pointer"
+            tbl = rest_catalog(server).load_table("ns.t")
+            assert tbl.metadata.snapshots == [], "a snapshot names a manifest not stored"
