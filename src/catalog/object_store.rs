@@ -7,7 +7,12 @@
 //! file as 5 MiB parts one after the other. A write returns only once its object is
 //! complete (a PUT, or a completed multipart upload), and an object that S3 acknowledged
 //! is durable — so the catalog needs no sync before it moves a pointer; a failed upload
-//! fails the write and so the commit that needed it.
+//! fails the write and so the commit that needed it. Manifests and manifest lists are
+//! the exception: they upload behind their writer and the catalog waits for them before
+//! the pointer moves ([`super::uploads`]). The manifest lists written lately are also
+//! kept in memory for the next commit's read of its parent ([`RecentLists`]). Listing,
+//! single-object stats and batch deletes for cleanup, gc and purge:
+//! [`ObjectStorage::list`], [`ObjectStorage::stat`], [`ObjectStorage::delete_all`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
