@@ -16,8 +16,12 @@
 //!
 //! Every manifest and manifest list iceberg and skade write lies under
 //! `<table location>/metadata/` (iceberg's `SnapshotProducer`, `maintenance::merge`,
-//! `maintenance::compact`), so waiting under the table's location covers all of a
-//! commit's. A read of a location whose upload is still pending waits for it first.
+//! `maintenance::compact`), so waiting for the table's covers all of a commit's. Every
+//! such writer holds the table's commit turn (`write::table_commit_lock`) from its first
+//! manifest to its release, so what a release waits for is its own commit's (or the
+//! leftovers of an earlier attempt that failed under the same turn: a failed one of
+//! those fails this release too, once). A read of a location whose upload is still
+//! pending waits for it first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -89,8 +93,10 @@ impl PendingUploads {
         }
     }
 
-    /// Waits until every upload registered under `table_location` (a table's location,
-    /// `s3://bucket/...`) has returned. Returns how many it waited for.
+    /// Waits until every upload registered for the table at `table_location` (a table's
+    /// location, `s3://bucket/...`; its uploads are the files directly in
+    /// `<table_location>/metadata/`, so a table nested in its location is not waited
+    /// for) has returned. Returns how many it waited for.
     ///
     /// # Errors
     /// `Unexpected` naming the first failed upload's location, with the store's error as
@@ -100,11 +106,15 @@ impl PendingUploads {
     /// # Cancel safety
     /// Cancel safe: the uploads go on; a later call waits for them again.
     pub async fn wait_under(&self, table_location: &str) -> Result<usize> {
-        let prefix = format!("{}/", table_location.trim_end_matches('/'));
+        let prefix = format!("{}/metadata/", table_location.trim_end_matches('/'));
         let pending: Vec<(String, Outcome)> = self
             .lock()
             .iter()
-            .filter(|(location, _)| location.starts_with(&prefix))
+            .filter(|(location, _)| {
+                location
+                    .strip_prefix(&prefix)
+                    .is_some_and(|name| !name.contains('/'))
+            })
             .map(|(location, outcome)| (location.clone(), outcome.clone()))
             .collect();
         let waited = pending.len();
@@ -174,6 +184,9 @@ mod tests {
         uploads.start("s3://b/other/metadata/bad.avro".into(), async {
             Err(Error::new(ErrorKind::Unexpected, "refused"))
         });
+        uploads.start("s3://b/t/nested/metadata/bad.avro".into(), async {
+            Err(Error::new(ErrorKind::Unexpected, "refused"))
+        });
         let err = uploads
             .wait_under("s3://b/t")
             .await
@@ -187,5 +200,6 @@ mod tests {
             0
         );
         assert!(uploads.wait_under("s3://b/other").await.is_err());
+        assert!(uploads.wait_under("s3://b/t/nested").await.is_err());
     }
 }
