@@ -207,60 +207,21 @@ impl Sweeper {
         // between listings, the waiting files whose grace period has passed (the others
         // wait on, unchecked: the location rules are applied when a file is due).
         let found = if list {
-            let mut found = Vec::new();
-            for (location, _) in &locations {
-                for dir in ["data", "metadata"] {
-                    match store.list(&location.join(dir)).await {
-                        Ok(files) => found.extend(files),
-                        Err(e) => {
-                            self.unreferenced = seen;
-                            return Err(e);
-                        }
-                    }
-                }
-            }
-            self.listed_at = Some(Instant::now());
-            let mut first_found = HashMap::with_capacity(found.len());
-            for file in &found {
-                if let Some(first) = seen.remove(&file.path) {
-                    first_found.insert(file.path.clone(), first);
-                }
-            }
-            // Waiting files no longer listed are gone.
-            seen = first_found;
-            found
+            listed(store, &locations, &mut seen).await
         } else {
-            for file in self.referenced.difference(&referenced) {
-                seen.entry(file.clone()).or_insert(now);
-            }
-            let mut due = Vec::new();
-            seen.retain(|file, first| {
-                if referenced.contains(file) {
-                    return false;
-                }
-                if now.duration_since(*first) < grace {
-                    return true;
-                }
-                due.push(file.clone());
-                true
-            });
-            match store.stat(due.clone()).await {
-                Ok(found) => {
-                    // Due files no longer there are gone.
-                    let there: HashSet<&PathBuf> = found.iter().map(|f| &f.path).collect();
-                    let gone: Vec<PathBuf> =
-                        due.into_iter().filter(|f| !there.contains(f)).collect();
-                    for file in gone {
-                        seen.remove(&file);
-                    }
-                    found
-                }
-                Err(e) => {
-                    self.unreferenced = seen;
-                    return Err(e);
-                }
+            let lost = self.referenced.difference(&referenced);
+            due_between_listings(store, &mut seen, lost, &referenced, grace, now).await
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                self.unreferenced = seen;
+                return Err(e);
             }
         };
+        if list {
+            self.listed_at = Some(Instant::now());
+        }
         let mut doomed = Vec::new();
         for file in found {
             let Some(kind) = rules.candidate(&file.path) else {
@@ -296,6 +257,64 @@ impl Sweeper {
             })
             .collect())
     }
+}
+
+/// Every file under the `data/` and `metadata/` of `locations` in `store`; `seen` then
+/// keeps only the waiting files still there.
+///
+/// # Errors
+/// The store's error listing (then `seen` is unchanged).
+async fn listed(
+    store: &FileStore,
+    locations: &[(PathBuf, bool)],
+    seen: &mut HashMap<PathBuf, Instant>,
+) -> Result<Vec<StoredFile>, GcError> {
+    let mut found = Vec::new();
+    for (location, _) in locations {
+        for dir in ["data", "metadata"] {
+            found.extend(store.list(&location.join(dir)).await?);
+        }
+    }
+    let mut still = HashMap::with_capacity(seen.len());
+    for file in &found {
+        if let Some(first) = seen.remove(&file.path) {
+            still.insert(file.path.clone(), first);
+        }
+    }
+    *seen = still;
+    Ok(found)
+}
+
+/// Between listings: the files that lost their reference since the last sweep (`lost`)
+/// start waiting in `seen`, referenced ones leave it, and the waiting files whose grace
+/// period has passed are looked up in `store` (those gone leave `seen`). Returns those
+/// found.
+///
+/// # Errors
+/// The store's error inspecting a file.
+async fn due_between_listings(
+    store: &FileStore,
+    seen: &mut HashMap<PathBuf, Instant>,
+    lost: impl Iterator<Item = &PathBuf>,
+    referenced: &HashSet<PathBuf>,
+    grace: Duration,
+    now: Instant,
+) -> Result<Vec<StoredFile>, GcError> {
+    for file in lost {
+        seen.entry(file.clone()).or_insert(now);
+    }
+    seen.retain(|file, _| !referenced.contains(file));
+    let due: Vec<PathBuf> = seen
+        .iter()
+        .filter(|(_, first)| now.duration_since(**first) >= grace)
+        .map(|(file, _)| file.clone())
+        .collect();
+    let found = store.stat(due.clone()).await?;
+    let there: HashSet<&PathBuf> = found.iter().map(|f| &f.path).collect();
+    for file in due.iter().filter(|f| !there.contains(f)) {
+        seen.remove(file);
+    }
+    Ok(found)
 }
 
 /// What a sweep may remove (module docs): under which locations, given which
