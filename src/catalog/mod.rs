@@ -650,7 +650,8 @@ impl RedbCatalog {
     /// table's new metadata ([`metadata_cache`]).
     ///
     /// # Errors
-    /// As [`Committer::submit`]; nothing of `prepared` is visible then.
+    /// As [`Committer::submit`], or a failed write-behind upload on S3
+    /// ([`uploads::PendingUploads::wait_under`]); nothing of `prepared` is visible then.
     async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
         // On S3 a commit's manifests upload behind their writers: stored before queued.
         if let Some(uploads) = self.warehouse.pending_uploads() {
