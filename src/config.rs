@@ -55,6 +55,11 @@ pub struct GcConfig {
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// The server's warehouse flags (`--warehouse`, `--s3-*`, or their `SKADE_*`
+    /// variables): gc must see the tables where the server wrote them.
+    #[command(flatten)]
+    pub storage: StorageConfig,
 }
 
 /// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.

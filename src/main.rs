@@ -47,7 +47,14 @@ async fn collect_garbage(gc: skade::config::GcConfig) -> std::process::ExitCode 
         grace: gc.grace,
         dry_run: gc.dry_run,
     };
-    match skade::catalog::gc::collect_garbage(&gc.data_dir, options).await {
+    let warehouse = match gc.storage.warehouse(&gc.data_dir) {
+        Ok(warehouse) => warehouse,
+        Err(e) => {
+            tracing::error!(error = %e, "gc failed");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match skade::catalog::gc::collect_garbage_in(&gc.data_dir, warehouse, options).await {
         Ok(report) => {
             if gc.dry_run {
                 for path in &report.removed {

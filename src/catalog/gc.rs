@@ -15,8 +15,10 @@
 //!
 //! A file is removed only when it is unreferenced AND older (by modification time) than
 //! the grace period. Only regular files directly or deeper under `<location>/data/` and
-//! `<location>/metadata/` of a catalog table are considered; anything else under the
-//! warehouse is left alone.
+//! `<location>/metadata/` of a catalog table are considered (objects under those
+//! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
+//! through [`super::file_store::FileStore`]); anything else under the warehouse is left
+//! alone.
 //!
 //! gc holds the catalog open for the whole run, so it cannot run beside a live server:
 //! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
@@ -31,7 +33,9 @@ use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::RedbCatalog;
+use super::file_store::FileStore;
 use super::manifest_cache::ManifestCache;
+use super::warehouse::Warehouse;
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +122,17 @@ pub enum GcError {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// Listing, inspecting or removing objects of an object-store warehouse failed.
+    #[error("{what} {location}: {source}")]
+    Store {
+        /// What was being done.
+        what: &'static str,
+        /// The location concerned (`s3://bucket/key`).
+        location: String,
+        /// The object store's error (as iceberg's, with OpenDAL's as its source).
+        #[source]
+        source: Box<iceberg::Error>,
+    },
     /// Listing, inspecting or removing a file failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -131,21 +146,44 @@ pub enum GcError {
     },
 }
 
-/// Removes the orphan files of every table of the catalog in `data_dir` that are older
-/// than `options.grace` (see the module docs for what counts as referenced).
+/// Removes the orphan files of every table of the catalog in `data_dir`, whose warehouse
+/// is `<data_dir>/warehouse`, that are older than `options.grace`: see
+/// [`collect_garbage_in`].
+///
+/// # Errors
+/// As [`collect_garbage_in`].
+pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcReport, GcError> {
+    collect_garbage_in(
+        data_dir,
+        Warehouse::Local(data_dir.join("warehouse")),
+        options,
+    )
+    .await
+}
+
+/// Removes the orphan files (or objects) of every table of the catalog in `data_dir`,
+/// whose tables live in `warehouse` (a local directory or an S3 prefix, as the server's
+/// `--warehouse`), that are older than `options.grace` (see the module docs for what
+/// counts as referenced). On S3 the age is the object's `Last-Modified`.
 ///
 /// Must run inside a tokio runtime (the catalog reads through iceberg's `FileIO`).
 ///
 /// # Errors
 /// [`GcError::NoCatalog`] when `data_dir` has no `catalog.redb`; [`GcError::InUse`] when a
 /// running server holds it; [`GcError::Table`] when any table's metadata cannot be read
-/// (then nothing is removed); [`GcError::Io`] for a listing or removal that failed.
-pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcReport, GcError> {
+/// (then nothing is removed); [`GcError::Io`] or [`GcError::Store`] for a listing or
+/// removal that failed.
+pub async fn collect_garbage_in(
+    data_dir: &Path,
+    warehouse: Warehouse,
+    options: GcOptions,
+) -> Result<GcReport, GcError> {
     let path = data_dir.join("catalog.redb");
     if !path.is_file() {
         return Err(GcError::NoCatalog { path });
     }
-    let catalog = RedbCatalog::open(&path, &data_dir.join("warehouse")).map_err(|e| {
+    let store = FileStore::of(&warehouse);
+    let catalog = RedbCatalog::open_in(&path, warehouse).map_err(|e| {
         if super::is_lock_error(&e) {
             GcError::InUse { path: path.clone() }
         } else {
@@ -175,8 +213,11 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
             .references(&table, &mut referenced)
             .await
             .map_err(table_error)?;
-        let location = local_path(table.metadata().location());
-        if !locations.contains(&location) {
+        // Only plain locations of the warehouse's storage are listed; the files of
+        // others stay referenced.
+        if let Some(location) = store.path_of(table.metadata().location())
+            && !locations.contains(&location)
+        {
             locations.push(location);
         }
     }
@@ -187,7 +228,7 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
         options: Some(options),
         ..GcReport::default()
     };
-    remove_orphans(&locations, &referenced, options, &mut report)?;
+    remove_orphans(&store, &locations, &referenced, options, &mut report).await?;
     info!(
         tables = report.tables,
         referenced = report.referenced_files,
@@ -266,49 +307,46 @@ impl ReferenceWalker {
 }
 
 /// Removes (or, on a dry run, lists) every file under the `data/` and `metadata/` of
-/// `locations` that is not `referenced` and older than `options.grace`, recording it in
-/// `report`.
+/// `locations` in `store` that is not `referenced` and older than `options.grace`,
+/// recording it in `report`.
 ///
 /// # Errors
-/// [`GcError::Io`] for a listing, modification time or removal that failed; files
+/// [`GcError::Io`] or [`GcError::Store`] for a listing or removal that failed; files
 /// removed before it stay removed.
-fn remove_orphans(
+async fn remove_orphans(
+    store: &FileStore,
     locations: &[PathBuf],
     referenced: &HashSet<PathBuf>,
     options: GcOptions,
     report: &mut GcReport,
 ) -> Result<(), GcError> {
     let now = SystemTime::now();
+    let mut doomed = Vec::new();
     for location in locations {
         for dir in ["data", "metadata"] {
-            for (file, meta) in files_under(&location.join(dir))? {
-                if referenced.contains(&file) {
+            for file in store.list(&location.join(dir)).await? {
+                if referenced.contains(&file.path) {
                     continue;
                 }
-                let modified = meta.modified().map_err(|source| GcError::Io {
-                    what: "read the modification time of",
-                    path: file.clone(),
-                    source,
-                })?;
-                // A modification time in the future counts as age 0: kept.
-                let age = now.duration_since(modified).unwrap_or_default();
+                // An unknown or future modification time counts as age 0: kept.
+                let age = file
+                    .modified
+                    .and_then(|modified| now.duration_since(modified).ok())
+                    .unwrap_or_default();
                 if age < options.grace {
                     report.young_orphans += 1;
                     continue;
                 }
-                if !options.dry_run {
-                    std::fs::remove_file(&file).map_err(|source| GcError::Io {
-                        what: "remove",
-                        path: file.clone(),
-                        source,
-                    })?;
-                }
-                debug!(path = %file.display(), bytes = meta.len(), dry_run = options.dry_run, "orphan removed");
-                report.removed_bytes += meta.len();
-                report.removed.push(file);
+                debug!(path = %file.path.display(), bytes = file.size_bytes, dry_run = options.dry_run, "orphan removed");
+                report.removed_bytes += file.size_bytes;
+                doomed.push(file.path);
             }
         }
     }
+    if !options.dry_run {
+        store.remove(doomed.clone()).await?;
+    }
+    report.removed.extend(doomed);
     Ok(())
 }
 

@@ -29,6 +29,7 @@ mod error;
 mod face;
 #[doc(hidden)]
 pub mod fault;
+pub(crate) mod file_store;
 pub mod gc;
 mod group_commit;
 pub mod manifest_cache;
@@ -40,6 +41,7 @@ mod purge;
 mod release;
 pub mod storage;
 mod store;
+pub mod uploads;
 pub mod warehouse;
 
 use std::path::Path;

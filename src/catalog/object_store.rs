@@ -7,7 +7,12 @@
 //! file as 5 MiB parts one after the other. A write returns only once its object is
 //! complete (a PUT, or a completed multipart upload), and an object that S3 acknowledged
 //! is durable — so the catalog needs no sync before it moves a pointer; a failed upload
-//! fails the write and so the commit that needed it.
+//! fails the write and so the commit that needed it. Manifests and manifest lists are
+//! the exception: they upload behind their writer and the catalog waits for them before
+//! the pointer moves ([`super::uploads`]). The manifest lists written lately are also
+//! kept in memory for the next commit's read of its parent ([`RecentLists`]). Listing,
+//! single-object stats and batch deletes for cleanup, gc and purge:
+//! [`ObjectStorage::list`], [`ObjectStorage::stat`], [`ObjectStorage::delete_all`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +31,8 @@ use iceberg_storage_opendal::OpenDalStorage;
 use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::services::S3Config;
 use opendal::{Configurator, Operator};
+
+use super::uploads::PendingUploads;
 use serde::{Deserialize, Serialize};
 
 /// Bytes per part of a multipart upload (S3's minimum is 5 MiB but for the last part).
@@ -62,22 +69,26 @@ impl ObjectStoreMetrics {
 pub struct ObjectStorageFactory {
     #[serde(skip)]
     metrics: Option<ObjectStoreMetrics>,
+    #[serde(skip)]
+    uploads: Arc<PendingUploads>,
 }
 
 impl ObjectStorageFactory {
-    /// A factory whose storages count their operations on `metrics`.
-    pub fn new(metrics: Option<ObjectStoreMetrics>) -> Self {
-        Self { metrics }
+    /// A factory whose storages count their operations on `metrics` and register their
+    /// write-behind uploads in `uploads` (the warehouse's, awaited by the catalog before
+    /// a pointer moves).
+    pub fn new(metrics: Option<ObjectStoreMetrics>, uploads: Arc<PendingUploads>) -> Self {
+        Self { metrics, uploads }
     }
 }
 
 #[typetag::serde]
 impl StorageFactory for ObjectStorageFactory {
     fn build(&self, config: &StorageConfig) -> Result<Arc<dyn Storage>> {
-        Ok(Arc::new(ObjectStorage::new(
-            config.props(),
-            self.metrics.clone(),
-        )))
+        Ok(Arc::new(
+            ObjectStorage::new(config.props(), self.metrics.clone())
+                .with_uploads(self.uploads.clone()),
+        ))
     }
 }
 
@@ -88,6 +99,10 @@ pub struct ObjectStorage {
     config: Arc<S3Config>,
     #[serde(skip)]
     metrics: Option<ObjectStoreMetrics>,
+    #[serde(skip)]
+    recent: Arc<RecentLists>,
+    #[serde(skip)]
+    uploads: Arc<PendingUploads>,
 }
 
 impl ObjectStorage {
@@ -103,7 +118,16 @@ impl ObjectStorage {
             },
             config,
             metrics,
+            recent: Arc::default(),
+            uploads: Arc::default(),
         }
+    }
+
+    /// Registers this storage's write-behind uploads in `uploads` (see
+    /// [`super::uploads`]).
+    pub fn with_uploads(mut self, uploads: Arc<PendingUploads>) -> Self {
+        self.uploads = uploads;
+        self
     }
 
     /// An operator on `path`'s bucket and the key of `path` in it.
@@ -165,6 +189,112 @@ impl ObjectStorage {
             })
             .collect())
     }
+
+    /// The object at `location` (`s3://bucket/key`) with its size and last-modified
+    /// time; `None` when there is none.
+    ///
+    /// # Errors
+    /// The object store's error (other than not found).
+    pub async fn stat(&self, location: &str) -> Result<Option<ListedObject>> {
+        let (op, key) = self.operator(location)?;
+        let stat = self
+            .observed("stat", async {
+                match op.stat(key).await {
+                    Ok(meta) => Ok(Some(meta)),
+                    Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(from_opendal(e)),
+                }
+            })
+            .await?;
+        Ok(stat.map(|meta| ListedObject {
+            location: location.to_string(),
+            size_bytes: meta.content_length(),
+            modified: meta.last_modified().map(std::time::SystemTime::from),
+        }))
+    }
+
+    /// Deletes the objects at `locations` (`s3://bucket/key`), in batches per bucket (S3
+    /// `DeleteObjects`, up to 1000 keys a request); an object already gone is not an
+    /// error.
+    ///
+    /// # Errors
+    /// The object store's error; objects of earlier batches may be gone by then.
+    pub async fn delete_all(&self, locations: &[String]) -> Result<()> {
+        for location in locations {
+            self.recent.forget(location);
+        }
+        let mut by_bucket: HashMap<&str, Vec<&str>> = HashMap::new();
+        for location in locations {
+            let (bucket, _) = split_s3(location)?;
+            by_bucket.entry(bucket).or_default().push(location);
+        }
+        for (_, locations) in by_bucket {
+            let (op, _) = self.operator(locations[0])?;
+            let keys = locations
+                .iter()
+                .map(|l| split_s3(l).map(|(_, key)| key.to_string()))
+                .collect::<Result<Vec<_>>>()?;
+            self.observed("delete", async {
+                op.delete_iter(keys).await.map_err(from_opendal)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The manifest lists this storage wrote lately, by location, served to reads from memory.
+///
+/// A fast append reads its parent snapshot's manifest list back (iceberg's
+/// `SnapshotProducer` carries the earlier manifests on), so without this every commit of
+/// a stream paid one more round trip to the store for the list the commit before it had
+/// just uploaded. Iceberg never rewrites a file under the same location (every manifest
+/// list's name holds its snapshot id and a fresh UUID), so serving a read of a list
+/// that completed its upload from memory returns exactly what the store holds. Deleted
+/// lists are forgotten.
+#[derive(Debug, Default)]
+struct RecentLists {
+    entries: std::sync::Mutex<std::collections::VecDeque<(String, Bytes)>>,
+}
+
+impl RecentLists {
+    /// Lists kept (the oldest go first): one per recent commit of the busiest tables.
+    const ENTRIES: usize = 256;
+    /// A list larger than this (bytes) is not kept.
+    const MAX_BYTES: usize = 1024 * 1024;
+
+    /// Whether `location` names a manifest list (`.../metadata/snap-*.avro`).
+    fn keeps(location: &str) -> bool {
+        location
+            .rsplit_once("/metadata/")
+            .is_some_and(|(_, name)| name.starts_with("snap-") && name.ends_with(".avro"))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(String, Bytes)>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn get(&self, location: &str) -> Option<Bytes> {
+        self.lock()
+            .iter()
+            .find(|(l, _)| l == location)
+            .map(|(_, bytes)| bytes.clone())
+    }
+
+    fn insert(&self, location: String, bytes: Bytes) {
+        let mut entries = self.lock();
+        entries.retain(|(l, _)| *l != location);
+        if entries.len() >= Self::ENTRIES {
+            entries.pop_front();
+        }
+        entries.push_back((location, bytes));
+    }
+
+    fn forget(&self, location: &str) {
+        self.lock().retain(|(l, _)| l != location);
+    }
 }
 
 /// One object found by [`ObjectStorage::list`].
@@ -182,23 +312,32 @@ pub struct ListedObject {
 #[typetag::serde]
 impl Storage for ObjectStorage {
     async fn exists(&self, path: &str) -> Result<bool> {
+        self.uploads.settled(path).await;
         self.observed("stat", self.inner.exists(path)).await
     }
 
     async fn metadata(&self, path: &str) -> Result<FileMetadata> {
+        self.uploads.settled(path).await;
         self.observed("stat", self.inner.metadata(path)).await
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
+        if let Some(bytes) = self.recent.get(path) {
+            return Ok(bytes);
+        }
+        self.uploads.settled(path).await;
         self.observed("read", self.inner.read(path)).await
     }
 
     async fn reader(&self, path: &str) -> Result<Box<dyn FileRead>> {
+        self.uploads.settled(path).await;
         self.observed("read", self.inner.reader(path)).await
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
         let (op, key) = self.operator(path)?;
+        let kept =
+            (RecentLists::keeps(path) && bs.len() <= RecentLists::MAX_BYTES).then(|| bs.clone());
         self.observed("write", async {
             op.write_with(key, bs)
                 .chunk(PART_BYTES)
@@ -207,10 +346,24 @@ impl Storage for ObjectStorage {
                 .map(|_| ())
                 .map_err(from_opendal)
         })
-        .await
+        .await?;
+        if let Some(bytes) = kept {
+            self.recent.insert(path.to_string(), bytes);
+        }
+        Ok(())
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
+        // Manifests and manifest lists upload behind their writer (on a runtime, where
+        // the upload can run on its own): see `super::uploads`.
+        if PendingUploads::behind(path) && tokio::runtime::Handle::try_current().is_ok() {
+            split_s3(path)?;
+            return Ok(Box::new(BehindWrite {
+                storage: self.clone(),
+                location: path.to_string(),
+                bytes: Vec::new(),
+            }));
+        }
         let (op, key) = self.operator(path)?;
         let writer = op
             .writer_with(key)
@@ -222,10 +375,13 @@ impl Storage for ObjectStorage {
             writer,
             started: Instant::now(),
             metrics: self.metrics.clone(),
+            kept: RecentLists::keeps(path).then(|| (path.to_string(), Vec::new())),
+            recent: self.recent.clone(),
         }))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
+        self.recent.forget(path);
         self.observed("delete", self.inner.delete(path)).await
     }
 
@@ -248,16 +404,62 @@ impl Storage for ObjectStorage {
     }
 }
 
+/// A manifest or manifest list gathered in memory; `close` starts its upload and returns
+/// (the catalog waits for it before any pointer names it: [`PendingUploads::wait_under`]).
+struct BehindWrite {
+    storage: ObjectStorage,
+    location: String,
+    bytes: Vec<u8>,
+}
+
+#[async_trait]
+impl FileWrite for BehindWrite {
+    async fn write(&mut self, bs: Bytes) -> Result<()> {
+        self.bytes.extend_from_slice(&bs);
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        let bytes = Bytes::from(std::mem::take(&mut self.bytes));
+        if RecentLists::keeps(&self.location) && bytes.len() <= RecentLists::MAX_BYTES {
+            self.storage
+                .recent
+                .insert(self.location.clone(), bytes.clone());
+        }
+        let (storage, location) = (self.storage.clone(), self.location.clone());
+        self.storage
+            .uploads
+            .start(self.location.clone(), async move {
+                let out = storage.write(&location, bytes).await;
+                if out.is_err() {
+                    storage.recent.forget(&location);
+                }
+                out
+            });
+        Ok(())
+    }
+}
+
 /// An upload in progress; `close` completes it (and only then is the object there).
 struct ObjectWrite {
     writer: opendal::Writer,
     started: Instant,
     metrics: Option<ObjectStoreMetrics>,
+    /// A manifest list's location and the bytes written so far, for [`RecentLists`].
+    kept: Option<(String, Vec<u8>)>,
+    recent: Arc<RecentLists>,
 }
 
 #[async_trait]
 impl FileWrite for ObjectWrite {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
+        if let Some((_, kept)) = &mut self.kept {
+            if kept.len() + bs.len() <= RecentLists::MAX_BYTES {
+                kept.extend_from_slice(&bs);
+            } else {
+                self.kept = None;
+            }
+        }
         let out = self.writer.write(bs).await.map_err(from_opendal);
         if out.is_err()
             && let Some(metrics) = &self.metrics
@@ -269,6 +471,12 @@ impl FileWrite for ObjectWrite {
 
     async fn close(&mut self) -> Result<()> {
         let out = self.writer.close().await.map(|_| ()).map_err(from_opendal);
+        // Only a complete object is served from memory.
+        if out.is_ok()
+            && let Some((location, bytes)) = self.kept.take()
+        {
+            self.recent.insert(location, Bytes::from(bytes));
+        }
         if let Some(metrics) = &self.metrics {
             metrics.observe("write", self.started, out.is_ok());
         }
@@ -338,5 +546,20 @@ mod tests {
         );
         assert_eq!(split_s3("s3://b").expect("split"), ("b", ""));
         assert!(split_s3("s3:///k").is_err());
+    }
+
+    #[test]
+    fn recent_lists_keep_manifest_lists_only_and_forget_deleted_ones() {
+        assert!(RecentLists::keeps("s3://b/w/t/metadata/snap-1-0-u.avro"));
+        assert!(!RecentLists::keeps("s3://b/w/t/metadata/u-m0.avro"));
+        assert!(!RecentLists::keeps("s3://b/w/t/data/snap-1.avro"));
+        let recent = RecentLists::default();
+        for i in 0..=RecentLists::ENTRIES {
+            recent.insert(format!("l{i}"), Bytes::from(vec![1]));
+        }
+        assert_eq!(recent.get("l0"), None, "the oldest goes first");
+        assert_eq!(recent.get("l1"), Some(Bytes::from(vec![1])));
+        recent.forget("l1");
+        assert_eq!(recent.get("l1"), None);
     }
 }

@@ -7,7 +7,8 @@
 //! table of the catalog shares or nests in that location, every file under its `data/`
 //! and `metadata/` goes (orphans of failed commits too) and the emptied directories are
 //! removed; when one does, only this table's referenced files that the other tables do
-//! not reference go.
+//! not reference go. On an S3 warehouse the same objects go, in batches
+//! ([`FileStore::remove`]); an object store has no directories to remove.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -17,33 +18,30 @@ use iceberg::{Catalog, Error, ErrorKind, Result};
 use tracing::info;
 
 use super::RedbCatalog;
-use super::gc::{ReferenceWalker, files_under, local_path};
+use super::file_store::FileStore;
+use super::gc::{ReferenceWalker, local_path};
 
 /// Removes `table`'s files under its location; `table` is already out of the catalog.
 /// Returns how many files were removed.
 ///
 /// # Errors
-/// iceberg's error reading a manifest (nothing removed then), or `Unexpected` for a file
-/// that could not be removed (those before it are gone).
+/// `DataInvalid` for a location that is not a plain path of the warehouse's storage
+/// (nothing removed); iceberg's error reading a manifest (nothing removed then), or
+/// `Unexpected` for a file that could not be listed or removed (those before it may be
+/// gone).
 pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<usize> {
+    let store = FileStore::of(catalog.warehouse());
     let raw = table.metadata().location();
-    if raw.contains("://") && !raw.starts_with("file:") {
-        // An object-store table: dropped, its objects left in place, as online cleanup
-        // leaves them there (README, "Object storage").
-        tracing::warn!(table = %table.identifier(), location = raw, "purge: objects on an object store are left in place");
-        return Ok(0);
-    }
-    let location = local_path(raw);
-    if !is_plain_absolute(&location) {
+    let Some(location) = store.path_of(raw) else {
         return Err(Error::new(
             ErrorKind::DataInvalid,
             format!(
-                "table {} has a location that is not a plain absolute path ({}): nothing purged",
+                "table {} has a location that is not a plain path of the warehouse {} ({raw}): nothing purged",
                 table.identifier(),
-                location.display()
+                catalog.warehouse()
             ),
         ));
-    }
+    };
     let mut walker = ReferenceWalker::default();
     let mut protected = HashSet::new();
     let mut shared = false;
@@ -62,57 +60,34 @@ pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<
     let mut ours = HashSet::new();
     walker.references(table, &mut ours).await?;
     let ident = table.identifier().to_string();
-    tokio::task::spawn_blocking(move || remove(&ident, &location, &ours, &protected, shared))
-        .await
-        .map_err(|e| Error::new(ErrorKind::Unexpected, "purge task failed").with_source(e))?
-}
+    let failed = |e: super::gc::GcError| {
+        Error::new(ErrorKind::Unexpected, format!("purge {ident}: {e}")).with_source(e)
+    };
 
-/// Removes the files of the module docs; blocking.
-fn remove(
-    table: &str,
-    location: &Path,
-    ours: &HashSet<PathBuf>,
-    protected: &HashSet<PathBuf>,
-    shared: bool,
-) -> Result<usize> {
     let mut doomed: Vec<PathBuf> = ours
-        .iter()
+        .into_iter()
         .filter(|path| {
-            is_plain_absolute(path) && path.starts_with(location) && !protected.contains(*path)
+            store.is_plain(path) && path.starts_with(&location) && !protected.contains(path)
         })
-        .cloned()
         .collect();
     let dirs = [location.join("data"), location.join("metadata")];
     if !shared {
         for dir in &dirs {
-            let listed = files_under(dir)
-                .map_err(|e| Error::new(ErrorKind::Unexpected, format!("purge {table}: {e}")))?;
-            doomed.extend(listed.into_iter().map(|(path, _)| path));
+            let listed = store.list(dir).await.map_err(failed)?;
+            doomed.extend(listed.into_iter().map(|file| file.path));
         }
     }
     doomed.sort();
     doomed.dedup();
-    for path in &doomed {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(Error::new(
-                    ErrorKind::Unexpected,
-                    format!("purge {table}: cannot remove {}: {e}", path.display()),
-                )
-                .with_source(e));
-            }
-        }
-    }
+    let files = doomed.len();
+    store.remove(doomed).await.map_err(failed)?;
     if !shared {
-        for dir in &dirs {
-            remove_empty_dirs(dir);
-        }
-        let _ = std::fs::remove_dir(location);
+        let mut dirs = dirs.to_vec();
+        dirs.push(location);
+        store.remove_empty_dirs(dirs).await;
     }
-    info!(table, files = doomed.len(), "purged");
-    Ok(doomed.len())
+    info!(table = ident, files, "purged");
+    Ok(files)
 }
 
 /// Whether `path` is absolute and has no `..` (so `starts_with` means "lies under").
@@ -121,16 +96,4 @@ pub(crate) fn is_plain_absolute(path: &Path) -> bool {
         && path
             .components()
             .all(|c| !matches!(c, std::path::Component::ParentDir))
-}
-
-/// Removes `dir` and every directory below it that is (then) empty; leaves the rest.
-fn remove_empty_dirs(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_empty_dirs(&entry.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
 }

@@ -255,8 +255,16 @@ impl RedbCatalog {
     /// table's new metadata ([`super::metadata_cache`]).
     ///
     /// # Errors
-    /// As [`super::group_commit::Committer::submit`]; nothing of `prepared` is visible then.
+    /// As [`super::group_commit::Committer::submit`], or a failed write-behind upload on S3
+    /// ([`super::uploads::PendingUploads::wait_under`]); nothing of `prepared` is visible
+    /// then.
     pub(super) async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
+        // On S3 a commit's manifests upload behind their writers: stored before queued.
+        if let Some(uploads) = self.warehouse.pending_uploads() {
+            for p in &prepared {
+                uploads.wait_under(p.table.metadata().location()).await?;
+            }
+        }
         let flips = prepared
             .iter()
             .map(|p| Flip {

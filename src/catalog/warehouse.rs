@@ -18,8 +18,9 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind, Result};
 
-use super::object_store::{ObjectStorageFactory, ObjectStoreMetrics};
+use super::object_store::{ObjectStorage, ObjectStorageFactory, ObjectStoreMetrics};
 use super::storage;
+use super::uploads::PendingUploads;
 
 /// The region used when neither `--s3-region` nor `AWS_REGION`/`AWS_DEFAULT_REGION` says
 /// one (S3-compatible stores mostly ignore it, but requests are signed with it).
@@ -62,6 +63,9 @@ pub struct S3Warehouse {
     /// The region requests are signed with (resolved from the options and environment).
     region: String,
     metrics: Option<ObjectStoreMetrics>,
+    /// Manifests and manifest lists still uploading (shared by every storage of this
+    /// warehouse; see [`super::uploads`]).
+    uploads: Arc<PendingUploads>,
 }
 
 impl Warehouse {
@@ -100,6 +104,7 @@ impl Warehouse {
             options,
             region,
             metrics: None,
+            uploads: Arc::default(),
         }))
     }
 
@@ -117,6 +122,28 @@ impl Warehouse {
         match self {
             Self::Local(path) => Some(path),
             Self::S3(_) => None,
+        }
+    }
+
+    /// The object storage of an S3 warehouse (counting on its metrics), for listing and
+    /// removing objects; `None` for a local warehouse.
+    pub fn object_storage(&self) -> Option<ObjectStorage> {
+        match self {
+            Self::Local(_) => None,
+            Self::S3(s3) => Some(
+                ObjectStorage::new(&s3.storage_properties(), s3.metrics.clone())
+                    .with_uploads(s3.uploads.clone()),
+            ),
+        }
+    }
+
+    /// The write-behind uploads of an S3 warehouse, which a release must wait for
+    /// ([`PendingUploads::wait_under`]) before its pointers move; `None` for a local
+    /// warehouse (made durable by `syncfs` instead).
+    pub fn pending_uploads(&self) -> Option<&Arc<PendingUploads>> {
+        match self {
+            Self::Local(_) => None,
+            Self::S3(s3) => Some(&s3.uploads),
         }
     }
 
@@ -169,6 +196,7 @@ impl Warehouse {
             Self::Local(_) => Ok(storage::file_io()),
             Self::S3(s3) => Ok(FileIOBuilder::new(Arc::new(ObjectStorageFactory::new(
                 s3.metrics.clone(),
+                s3.uploads.clone(),
             )))
             .with_props(s3.storage_properties())
             .build()),

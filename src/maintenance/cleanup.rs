@@ -1,6 +1,10 @@
 //! Online file cleanup: removing files no retained snapshot or metadata log references,
 //! while the server runs.
 //!
+//! The rules below hold on a local warehouse and on S3 alike: only how files are listed,
+//! inspected and removed differs ([`FileStore`]; on S3 a file's modification time is its
+//! `Last-Modified`).
+//!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
 //! manifest is read once). Every `LISTING_EVERY` it lists each table's `data/` and
@@ -30,7 +34,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use iceberg::table::Table;
 
-use crate::catalog::gc::{GcError, ReferenceWalker, files_under, local_path};
+use crate::catalog::file_store::{FileStore, StoredFile};
+use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
@@ -149,14 +154,16 @@ impl Sweeper {
     }
 
     /// One sweep over `tables` (every table of the catalog: their references protect
-    /// each other's files). Returns the files removed.
+    /// each other's files), listing and removing through `store` (the catalog's
+    /// warehouse: a local directory or an object store). Returns the files removed.
     ///
     /// # Errors
     /// [`GcError::Table`] when a table's manifest list or manifest cannot be read (then
-    /// nothing is removed); [`GcError::Io`] when listing or removing failed (files not
-    /// yet removed stay).
+    /// nothing is removed); [`GcError::Io`] or [`GcError::Store`] when listing or
+    /// removing failed (files not yet removed stay, and keep waiting).
     pub(crate) async fn sweep(
         &mut self,
+        store: &FileStore,
         tables: &[SweptTable],
         grace: Duration,
         oldest_pin: Option<SystemTime>,
@@ -173,10 +180,11 @@ impl Sweeper {
         }
         self.walker.forget_unused();
         let mut locations: Vec<(PathBuf, bool)> = Vec::new();
-        // Only local locations are swept: orphans on an object store are left (README,
-        // "Object storage").
-        for swept in tables.iter().filter(|t| t.sweep && is_local(t)) {
-            let location = local_path(swept.table.metadata().location());
+        // Only plain locations of the warehouse's storage are swept.
+        for swept in tables.iter().filter(|t| t.sweep) {
+            let Some(location) = store.path_of(swept.table.metadata().location()) else {
+                continue;
+            };
             // A location shared with a table that keeps its metadata keeps it too.
             match locations.iter_mut().find(|(l, _)| *l == location) {
                 Some((_, delete_metadata)) => *delete_metadata &= swept.delete_metadata,
@@ -191,46 +199,129 @@ impl Sweeper {
             .collect();
         locations.retain(|(l, _)| !protected.contains(l));
 
-        let unreferenced = std::mem::take(&mut self.unreferenced);
         let list = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= LISTING_EVERY);
-        let lost: Vec<PathBuf> = if list {
-            self.listed_at = Some(Instant::now());
-            Vec::new()
-        } else {
-            self.referenced.difference(&referenced).cloned().collect()
+        let rules = Rules {
+            locations: &locations,
+            referenced: &referenced,
+            grace,
+            oldest_pin,
         };
-        let (unreferenced, referenced, outcome) = tokio::task::spawn_blocking(move || {
-            let rules = Rules {
-                locations: &locations,
-                referenced: &referenced,
-                grace,
-                oldest_pin,
+        let mut seen = std::mem::take(&mut self.unreferenced);
+        let now = Instant::now();
+        // The files to judge: every file of the swept locations on a listing sweep;
+        // between listings, the waiting files whose grace period has passed (the others
+        // wait on, unchecked: the location rules are applied when a file is due).
+        let found = if list {
+            listed(store, &locations, &mut seen).await
+        } else {
+            let lost = self.referenced.difference(&referenced);
+            due_between_listings(store, &mut seen, lost, &referenced, grace, now).await
+        };
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                self.unreferenced = seen;
+                return Err(e);
+            }
+        };
+        if list {
+            self.listed_at = Some(Instant::now());
+        }
+        let mut doomed = Vec::new();
+        for file in found {
+            let Some(kind) = rules.candidate(&file.path) else {
+                seen.remove(&file.path);
+                continue;
             };
-            let (unreferenced, outcome) = if list {
-                rules.listed(unreferenced)
-            } else {
-                rules.between_listings(unreferenced, lost)
-            };
-            (unreferenced, referenced, outcome)
-        })
-        .await
-        .map_err(|e| GcError::Io {
-            what: "sweep",
-            path: PathBuf::new(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        self.unreferenced = unreferenced;
+            let first = *seen.entry(file.path.clone()).or_insert(now);
+            if rules.due(&file, first) {
+                seen.remove(&file.path);
+                doomed.push((file, kind));
+            }
+        }
         self.referenced = referenced;
-        outcome
+        let paths = doomed.iter().map(|(file, _)| file.path.clone()).collect();
+        if let Err(e) = store.remove(paths).await {
+            // Kept waiting: the next sweep tries again.
+            for (file, _) in doomed {
+                seen.insert(file.path, now);
+            }
+            self.unreferenced = seen;
+            return Err(e);
+        }
+        self.unreferenced = seen;
+        Ok(doomed
+            .into_iter()
+            .map(|(file, kind)| {
+                tracing::debug!(path = %file.path.display(), kind = kind.as_str(), "unreferenced file removed");
+                Removed {
+                    path: file.path,
+                    bytes: file.size_bytes,
+                    kind,
+                }
+            })
+            .collect())
     }
 }
 
-/// Whether `swept`'s table lives on the local filesystem (not `s3://...`).
-fn is_local(swept: &SweptTable) -> bool {
-    let location = swept.table.metadata().location();
-    location.starts_with("file:") || !location.contains("://")
+/// Every file under the `data/` and `metadata/` of `locations` in `store`; `seen` then
+/// keeps only the waiting files still there.
+///
+/// # Errors
+/// The store's error listing (then `seen` is unchanged).
+async fn listed(
+    store: &FileStore,
+    locations: &[(PathBuf, bool)],
+    seen: &mut HashMap<PathBuf, Instant>,
+) -> Result<Vec<StoredFile>, GcError> {
+    let mut found = Vec::new();
+    for (location, _) in locations {
+        for dir in ["data", "metadata"] {
+            found.extend(store.list(&location.join(dir)).await?);
+        }
+    }
+    let mut still = HashMap::with_capacity(seen.len());
+    for file in &found {
+        if let Some(first) = seen.remove(&file.path) {
+            still.insert(file.path.clone(), first);
+        }
+    }
+    *seen = still;
+    Ok(found)
+}
+
+/// Between listings: the files that lost their reference since the last sweep (`lost`)
+/// start waiting in `seen`, referenced ones leave it, and the waiting files whose grace
+/// period has passed are looked up in `store` (those gone leave `seen`). Returns those
+/// found.
+///
+/// # Errors
+/// The store's error inspecting a file.
+async fn due_between_listings(
+    store: &FileStore,
+    seen: &mut HashMap<PathBuf, Instant>,
+    lost: impl Iterator<Item = &PathBuf>,
+    referenced: &HashSet<PathBuf>,
+    grace: Duration,
+    now: Instant,
+) -> Result<Vec<StoredFile>, GcError> {
+    for file in lost {
+        seen.entry(file.clone()).or_insert(now);
+    }
+    seen.retain(|file, _| !referenced.contains(file));
+    let due: Vec<PathBuf> = seen
+        .iter()
+        .filter(|(_, first)| now.duration_since(**first) >= grace)
+        .map(|(file, _)| file.clone())
+        .collect();
+    let found = store.stat(due.clone()).await?;
+    let there: HashSet<&PathBuf> = found.iter().map(|f| &f.path).collect();
+    for file in due.iter().filter(|f| !there.contains(f)) {
+        seen.remove(file);
+    }
+    Ok(found)
 }
 
 /// What a sweep may remove (module docs): under which locations, given which
@@ -264,127 +355,14 @@ impl Rules<'_> {
             .flatten()
     }
 
-    /// The sweep that lists every location's `data/` and `metadata/`; returns the new
-    /// "first found unreferenced" map and the files removed.
-    fn listed(
-        &self,
-        mut seen: HashMap<PathBuf, Instant>,
-    ) -> (HashMap<PathBuf, Instant>, Result<Vec<Removed>, GcError>) {
-        let now = Instant::now();
-        let mut still = HashMap::new();
-        let mut removed = Vec::new();
-        for (location, _) in self.locations {
-            for dir in ["data", "metadata"] {
-                let listed = match files_under(&location.join(dir)) {
-                    Ok(listed) => listed,
-                    Err(e) => return (still, Err(e)),
-                };
-                for (file, meta) in listed {
-                    let Some(kind) = self.candidate(&file) else {
-                        continue;
-                    };
-                    let first = seen.remove(&file).unwrap_or(now);
-                    if let Err(e) =
-                        self.remove_if_due(file, &meta, kind, first, &mut still, &mut removed)
-                    {
-                        return (still, Err(e));
-                    }
-                }
-            }
-        }
-        (still, Ok(removed))
-    }
-
-    /// The sweep between listings: the files that lost their reference since the last
-    /// sweep (`lost`) start waiting; the waiting files whose grace period has passed are
-    /// checked on disk and removed. Returns as [`Self::listed`].
-    fn between_listings(
-        &self,
-        mut seen: HashMap<PathBuf, Instant>,
-        lost: Vec<PathBuf>,
-    ) -> (HashMap<PathBuf, Instant>, Result<Vec<Removed>, GcError>) {
-        let now = Instant::now();
-        for file in lost {
-            seen.entry(file).or_insert(now);
-        }
-        let mut still = HashMap::with_capacity(seen.len());
-        let mut removed = Vec::new();
-        let mut due = Vec::new();
-        for (file, first) in seen {
-            // The location rules are checked when a file is due (below).
-            if self.referenced.contains(&file) {
-                continue;
-            }
-            if now.duration_since(first) < self.grace {
-                still.insert(file, first);
-            } else {
-                due.push((file, first));
-            }
-        }
-        for (file, first) in due {
-            let meta = match std::fs::symlink_metadata(&file) {
-                Ok(meta) if meta.is_file() => meta,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(source) => {
-                    let e = GcError::Io {
-                        what: "read the metadata of",
-                        path: file,
-                        source,
-                    };
-                    return (still, Err(e));
-                }
-            };
-            let Some(kind) = self.candidate(&file) else {
-                continue;
-            };
-            if let Err(e) = self.remove_if_due(file, &meta, kind, first, &mut still, &mut removed) {
-                return (still, Err(e));
-            }
-        }
-        (still, Ok(removed))
-    }
-
-    /// Removes `file` (first found unreferenced at `first`) when its grace period has
-    /// passed and it is neither young nor pinned; else keeps it in `still`.
-    ///
-    /// # Errors
-    /// [`GcError::Io`] when the removal failed (a file already gone is not an error).
-    fn remove_if_due(
-        &self,
-        file: PathBuf,
-        meta: &std::fs::Metadata,
-        kind: FileKind,
-        first: Instant,
-        still: &mut HashMap<PathBuf, Instant>,
-        removed: &mut Vec<Removed>,
-    ) -> Result<(), GcError> {
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        // A modification time in the future counts as age 0: kept.
-        let modified = meta.modified().unwrap_or(wall);
+    /// Whether `file`, a candidate a sweep first found unreferenced at `first`, may be
+    /// removed now: its grace period has passed, and it is neither young nor pinned.
+    fn due(&self, file: &StoredFile, first: Instant) -> bool {
+        let wall = SystemTime::now();
+        // An unknown or future modification time counts as age 0: kept.
+        let modified = file.modified.unwrap_or(wall);
         let young = wall.duration_since(modified).unwrap_or_default() < self.grace;
         let pinned = self.oldest_pin.is_some_and(|pin| modified >= pin);
-        if young || pinned || now.duration_since(first) < self.grace {
-            still.insert(file, first);
-            return Ok(());
-        }
-        match std::fs::remove_file(&file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(GcError::Io {
-                    what: "remove",
-                    path: file,
-                    source,
-                });
-            }
-        }
-        tracing::debug!(path = %file.display(), kind = kind.as_str(), "unreferenced file removed");
-        removed.push(Removed {
-            path: file,
-            bytes: meta.len(),
-            kind,
-        });
-        Ok(())
+        !young && !pinned && first.elapsed() >= self.grace
     }
 }

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::catalog::RedbCatalog;
+use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::GcError;
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
@@ -537,6 +538,7 @@ impl Maintainer {
         let removed = state
             .sweeper
             .sweep(
+                &FileStore::of(self.catalog.warehouse()),
                 &tables,
                 self.config.cleanup_grace,
                 self.catalog.oldest_write_pin(),

@@ -12,6 +12,10 @@ Run (from the repository root, after ``cargo build``)::
     .venv/bin/pip install -r tests/interop/requirements.txt
     .venv/bin/pytest tests/interop
 
+Warehouses: ``skade_server`` keeps its tables in a local directory, ``skade_s3_server``
+in a bucket of moto's S3 server (``moto`` starts it on a free loopback port). A test
+module that defines ``skade_server`` as ``any_warehouse_server`` runs on both.
+
 Environment:
 
 * ``SKADE_BIN`` -- the skade binary to test (default ``$CARGO_TARGET_DIR/debug/skade``,
@@ -30,6 +34,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -66,13 +71,119 @@ class SkadeServer:
     """That token file (rewrite it and send SIGHUP to change the tokens)."""
     tls_root_certs: bytes | None = None
     """The PEM certificate to trust when the server runs with ``--tls-cert``."""
+    s3: S3Warehouse | None = None
+    """The bucket and prefix when the server's warehouse is on S3."""
 
     @property
     def warehouse(self) -> Path:
+        """The local warehouse directory (a server whose warehouse is on S3 has none)."""
+        assert self.s3 is None, "this server's warehouse is on S3: use warehouse_files()"
         return self.data_dir / "warehouse"
+
+    def warehouse_location(self, *parts: str) -> str:
+        """``<warehouse>/<parts...>`` as skade names it: a path or an ``s3://`` URI."""
+        if self.s3 is not None:
+            return "/".join([f"s3://{S3_BUCKET}/{self.s3.prefix}", *parts])
+        return str(self.warehouse.joinpath(*parts))
+
+    def warehouse_files(self, *parts: str) -> set[str]:
+        """Every file under ``<warehouse>/<parts...>``, as paths relative to it (``/``
+        separated), whichever the storage."""
+        if self.s3 is not None:
+            prefix = "/".join([self.s3.prefix, *parts]) + "/"
+            return {key[len(prefix) :] for key in s3_keys(self.s3.endpoint, prefix)}
+        root = self.warehouse.joinpath(*parts)
+        if not root.exists():
+            return set()
+        return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+    def file_io_properties(self) -> dict[str, str]:
+        """What pyiceberg needs to read this warehouse's files without the REST catalog."""
+        if self.s3 is None:
+            return {}
+        return {
+            "s3.endpoint": self.s3.endpoint,
+            "s3.region": S3_CREDENTIALS["AWS_REGION"],
+            "s3.access-key-id": S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            "s3.secret-access-key": S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            "s3.path-style-access": "true",
+        }
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return log_tail(self.log_path, lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Warehouse:
+    """A server's warehouse on moto's S3: ``s3://S3_BUCKET/<prefix>``."""
+
+    endpoint: str
+    prefix: str
+
+
+S3_BUCKET = "skade-warehouse"
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "skade-test-key",
+    "AWS_SECRET_ACCESS_KEY": "skade-test-secret",
+    "AWS_REGION": "us-east-1",
+}
+"""Given to skade, boto3 and ``skade gc`` only, never to this process's environment, so
+readers through the REST catalog work only with what it hands them."""
+
+
+def s3_client(endpoint: str):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region_name=S3_CREDENTIALS["AWS_REGION"],
+    )
+
+
+def s3_keys(endpoint: str, prefix: str) -> list[str]:
+    """Every key of ``S3_BUCKET`` under ``prefix``."""
+    pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(
+        Bucket=S3_BUCKET, Prefix=prefix
+    )
+    return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+
+def s3_args(endpoint: str, prefix: str) -> list[str]:
+    """``skade serve``/``skade gc`` flags for the warehouse ``s3://S3_BUCKET/<prefix>``."""
+    return [
+        "--warehouse",
+        f"s3://{S3_BUCKET}/{prefix}",
+        "--s3-endpoint",
+        endpoint,
+        "--s3-path-style-access",
+        "true",
+        "--s3-vend-credentials",
+        "true",
+    ]
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with _NO_PROXY_OPENER.open(url, timeout=2):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def wait_reachable(proc: subprocess.Popen, url: str, what: str, timeout_s: float = 60.0) -> None:
+    """Waits until ``url`` answers at all, failing if ``proc`` exits first."""
+    deadline = time.monotonic() + timeout_s
+    while not _reachable(url):
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with code {proc.returncode}", pytrace=False)
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not answer at {url} within {timeout_s:.0f}s", pytrace=False)
+        time.sleep(0.1)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -143,7 +254,8 @@ def launch_skade(
     """Start ``skade serve`` on free loopback ports with a fresh data dir under ``base``
     (plus ``extra_args``, and ``env`` over this process's environment), wait for
     ``/healthz``, yield it, and stop it with SIGTERM, failing unless it exits 0.
-    ``fields`` fill the optional ``SkadeServer`` fields."""
+    ``fields`` fill the optional ``SkadeServer`` fields. A second launch on the same
+    ``base`` (after the first stopped) restarts on the same data dir, its log appended."""
     binary = Path(os.environ.get("SKADE_BIN", str(DEFAULT_BIN)))
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         pytest.fail(
@@ -153,7 +265,7 @@ def launch_skade(
         )
 
     data_dir = base / "data"
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     log_path = base / "skade.log"
     flight_port, metrics_port = free_tcp_ports(2)
 
@@ -168,7 +280,7 @@ def launch_skade(
         f"127.0.0.1:{metrics_port}",
         *(extra_args or []),
     ]
-    with open(log_path, "wb") as log:
+    with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
@@ -229,9 +341,60 @@ def launch_skade(
 
 
 @pytest.fixture(scope="session")
-def skade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
+def skade_local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
     """Start ``skade serve`` on free loopback ports with a fresh data dir."""
     yield from launch_skade(tmp_path_factory.mktemp("skade"))
+
+
+@pytest.fixture(scope="session")
+def skade_server(skade_local_server: SkadeServer) -> SkadeServer:
+    """The shared server, its warehouse on local disk (a module may redefine
+    ``skade_server`` as ``any_warehouse_server`` to run on S3 too)."""
+    return skade_local_server
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server (``moto[server]`` from PyPI) on a free loopback port, with the
+    bucket ``S3_BUCKET``; yields its endpoint URL."""
+    [port] = free_tcp_ports(1)
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_reachable(proc, endpoint, "moto_server")
+        s3_client(endpoint).create_bucket(Bucket=S3_BUCKET)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def skade_s3_server(tmp_path_factory: pytest.TempPathFactory, moto: str) -> Iterator[SkadeServer]:
+    """``skade serve`` as ``skade_server``, with its warehouse at
+    ``s3://S3_BUCKET/shared`` on moto."""
+    yield from launch_skade(
+        tmp_path_factory.mktemp("skade-s3"),
+        s3_args(moto, "shared"),
+        env=S3_CREDENTIALS,
+        s3=S3Warehouse(endpoint=moto, prefix="shared"),
+    )
+
+
+WAREHOUSES = ["local", "s3"]
+
+
+@pytest.fixture(scope="session", params=WAREHOUSES)
+def any_warehouse_server(request: pytest.FixtureRequest) -> SkadeServer:
+    """``skade_server`` and ``skade_s3_server`` in turn: a test using it runs once with
+    the warehouse on local disk and once on S3 (ids ``[local]``, ``[s3]``)."""
+    return request.getfixturevalue({"local": "skade_local_server", "s3": "skade_s3_server"}[request.param])
 
 
 AUTH_TOKEN = "interop-token-3c9e1f"

@@ -7,10 +7,12 @@ It forwards every request to ``--upstream`` unchanged (so S3 signatures stay val
   store's round trip (the bench's arms), and count the requests it relayed
   (``GET /__relay/requests`` answers the count; it is not forwarded);
 * refuse every write (``PUT``/``POST``/``DELETE``) with S3's ``403 AccessDenied`` while
-  reads pass, as a bucket whose policy denies writes does (``--refuse-writes``).
+  reads pass, as a bucket whose policy denies writes does (``--refuse-writes``), or only
+  the writes whose request path contains a text (``--refuse-writes-to TEXT``, e.g.
+  ``-m0.avro`` for manifests).
 
 Run: ``python s3_relay.py --upstream http://127.0.0.1:PORT [--delay-ms 20]
-[--refuse-writes]``; it prints ``listening <port>`` on stdout once it accepts
+[--refuse-writes | --refuse-writes-to TEXT]``; it prints ``listening <port>`` on stdout once it accepts
 connections on 127.0.0.1.
 """
 
@@ -32,7 +34,9 @@ ACCESS_DENIED = (
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
-def make_handler(upstream: urllib.parse.SplitResult, delay_s: float, refuse_writes: bool):
+def make_handler(
+    upstream: urllib.parse.SplitResult, delay_s: float, refuse_writes: bool, refuse_to: str | None
+):
     counter = {"requests": 0}
     lock = threading.Lock()
     local = threading.local()
@@ -53,7 +57,8 @@ def make_handler(upstream: urllib.parse.SplitResult, delay_s: float, refuse_writ
             body = self.rfile.read(length) if length else None
             with lock:
                 counter["requests"] += 1
-            if refuse_writes and self.command in ("PUT", "POST", "DELETE"):
+            refused = refuse_writes or (refuse_to is not None and refuse_to in self.path)
+            if refused and self.command in ("PUT", "POST", "DELETE"):
                 self._answer(403, ACCESS_DENIED, "application/xml")
                 return
             if delay_s:
@@ -99,9 +104,12 @@ def main() -> None:
     parser.add_argument("--upstream", required=True, help="http://host:port of the S3 server")
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--refuse-writes", action="store_true")
+    parser.add_argument("--refuse-writes-to", default=None)
     args = parser.parse_args()
     upstream = urllib.parse.urlsplit(args.upstream)
-    handler = make_handler(upstream, args.delay_ms / 1000.0, args.refuse_writes)
+    handler = make_handler(
+        upstream, args.delay_ms / 1000.0, args.refuse_writes, args.refuse_writes_to
+    )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     print(f"listening {server.server_address[1]}", flush=True)

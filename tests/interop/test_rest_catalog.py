@@ -18,7 +18,9 @@ metrics address is the catalog URI, there is no other service:
   reader polling all along the transaction at once: never one without the other, and
   neither before ``commit()``.
 
-Each test's docstring says how it was seen failing once (RED).
+Each test's docstring says how it was seen failing once (RED). Every test runs twice:
+with the warehouse on local disk and on moto's S3 (``any_warehouse_server`` in
+``conftest.py``; test ids ``[local]`` and ``[s3]``).
 
 Run from the repository root (after ``cargo build``)::
 
@@ -62,6 +64,12 @@ def no_proxy_for_loopback():
 
 def rest_catalog(server):
     return load_catalog("skade", type="rest", uri=server.metrics_url)
+
+
+@pytest.fixture(scope="module")
+def skade_server(any_warehouse_server):
+    """This module runs once on a local warehouse and once on S3 (issue #17)."""
+    return any_warehouse_server
 
 
 @pytest.fixture(scope="module")
