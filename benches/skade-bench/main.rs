@@ -52,6 +52,11 @@
 //!   overlapped vs serial committer on S3, one-stream commit p50 vs the relay's requests
 //!   per commit (`object_storage.rs` lists its knobs; needs `.venv` with `moto[server]`).
 
+/// The server binary's allocator (`src/main.rs`): the bench runs the server in this
+/// process, so its memory figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod age;
 mod commit;
 mod common;

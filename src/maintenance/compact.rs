@@ -19,12 +19,12 @@
 //! drops the attempt otherwise (the new file is then a leftover for cleanup) — so a
 //! compaction never loses or doubles a row, whatever appends run beside it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus,
-    ManifestWriterBuilder,
+    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, ManifestWriter,
+    ManifestWriterBuilder, Snapshot,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
@@ -83,16 +83,36 @@ pub(crate) async fn rewrite(
     let metadata = table.metadata();
     // A partitioned table is not compacted (a rewritten file must never mix partitions);
     // neither are files an earlier spec wrote (their manifests carry that spec).
-    let spec_id = metadata.default_partition_spec_id();
     if metadata.format_version() != FormatVersion::V2
         || !metadata.default_partition_spec().fields().is_empty()
     {
         return Ok(None);
     }
-    let small = target_file_bytes / 4;
-    // At most half a target of Parquet per run, and a whole target per job: the rate
-    // limit beside the file caps.
-    let (run_budget, job_budget) = (target_file_bytes / 2, target_file_bytes);
+    let live = live_files(table, manifests, cache).await?;
+    let runs = choose_runs(live, target_file_bytes);
+    let target = table_arrow_schema(table).map_err(to_iceberg)?;
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for run in runs {
+        if let Some(output) = rewrite_run(table, &target, &run).await? {
+            outputs.push(output);
+            inputs.extend(run);
+        }
+    }
+    if outputs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Rewrite { inputs, outputs }))
+}
+
+/// The live data files of the default spec that `manifests` list, in path order (the
+/// order files were written in, so a run's rows stay in write order).
+async fn live_files(
+    table: &Table,
+    manifests: &[ManifestFile],
+    cache: &mut ManifestCache,
+) -> Result<Vec<DataFile>> {
+    let spec_id = table.metadata().default_partition_spec_id();
     let mut live: Vec<DataFile> = Vec::new();
     for manifest in manifests {
         if manifest.content != ManifestContentType::Data || manifest.partition_spec_id != spec_id {
@@ -105,6 +125,18 @@ pub(crate) async fn rewrite(
         }
     }
     live.sort_by(|a, b| a.file_path().cmp(b.file_path()));
+    Ok(live)
+}
+
+/// The runs of the next compaction job among `live` (module docs): consecutive small
+/// files (under a quarter of `target_file_bytes`) of one size tier, at least
+/// [`MIN_INPUT_FILES`] and at most [`MAX_INPUT_FILES`] per run and half a target of bytes;
+/// at most [`MAX_RUNS`] runs and one target of bytes per job.
+fn choose_runs(live: Vec<DataFile>, target_file_bytes: u64) -> Vec<Vec<DataFile>> {
+    let small = target_file_bytes / 4;
+    // At most half a target of Parquet per run, and a whole target per job: the rate
+    // limit beside the file caps.
+    let (run_budget, job_budget) = (target_file_bytes / 2, target_file_bytes);
     let mut runs: Vec<Vec<DataFile>> = Vec::new();
     let mut run: Vec<DataFile> = Vec::new();
     let (mut run_bytes, mut job_bytes) = (0u64, 0u64);
@@ -125,7 +157,7 @@ pub(crate) async fn rewrite(
             job_bytes += run_bytes;
             runs.push(std::mem::take(&mut run));
             if runs.len() == MAX_RUNS || job_bytes >= job_budget {
-                break;
+                return runs;
             }
         }
         run.clear();
@@ -138,41 +170,43 @@ pub(crate) async fn rewrite(
     if run.len() >= MIN_INPUT_FILES && runs.len() < MAX_RUNS && job_bytes < job_budget {
         runs.push(run);
     }
-    if runs.is_empty() {
-        return Ok(None);
-    }
+    runs
+}
 
-    let target = table_arrow_schema(table).map_err(to_iceberg)?;
+/// Reads every row of `run` (through the table's storage: a local file or an object),
+/// conforms it to `target` and writes it as one new data file; `None` for a run with no
+/// rows.
+///
+/// # Errors
+/// A data file that cannot be read, conformed, encoded or written.
+async fn rewrite_run(
+    table: &Table,
+    target: &arrow_schema::SchemaRef,
+    run: &[DataFile],
+) -> Result<Option<DataFile>> {
     let name = table.identifier().to_string();
-    let mut inputs = Vec::new();
-    let mut outputs = Vec::new();
-    for run in runs {
-        let paths: Vec<String> = run.iter().map(|f| f.file_path().to_string()).collect();
-        let batches = tokio::task::spawn_blocking(move || read_files(&paths))
+    let mut batches = Vec::new();
+    for file in run {
+        let path = file.file_path();
+        let bytes = table.file_io().new_input(path)?.read().await?;
+        let read = tokio::task::spawn_blocking(move || read_parquet(&bytes))
             .await
             .map_err(|e| {
                 Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
-            })??;
-        let batches = batches
-            .iter()
-            .map(|b| conform_batch(&name, b, &target))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(to_iceberg)?;
-        let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
-        let Some(file) = encoded.pop() else {
-            continue;
-        };
-        outputs.push(
-            write_file(table, output_path(run[0].file_path()), file)
-                .await
-                .map_err(to_iceberg)?,
-        );
-        inputs.extend(run);
+            })?
+            .map_err(|e| e.with_context("file", path))?;
+        for batch in &read {
+            batches.push(conform_batch(&name, batch, target).map_err(to_iceberg)?);
+        }
     }
-    if outputs.is_empty() {
+    let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
+    let Some(file) = encoded.pop() else {
         return Ok(None);
-    }
-    Ok(Some(Rewrite { inputs, outputs }))
+    };
+    let output = write_file(table, output_path(run[0].file_path()), file)
+        .await
+        .map_err(to_iceberg)?;
+    Ok(Some(output))
 }
 
 /// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
@@ -189,26 +223,25 @@ fn output_path(first: &str) -> String {
     format!("{stem}-c{}.parquet", uuid::Uuid::now_v7().simple())
 }
 
-/// Every row of the Parquet files at `paths`, in order.
-fn read_files(paths: &[String]) -> Result<Vec<RecordBatch>> {
-    let mut out = Vec::new();
-    for path in paths {
-        let local = crate::catalog::gc::local_path(path);
-        let file = std::fs::File::open(&local).map_err(|e| {
-            Error::new(ErrorKind::Unexpected, format!("open {path}: {e}")).with_source(e)
-        })?;
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+/// Every row of the Parquet file `bytes`.
+///
+/// # Errors
+/// `DataInvalid` when the bytes are not a readable Parquet file.
+fn read_parquet(bytes: &bytes::Bytes) -> Result<Vec<RecordBatch>> {
+    let invalid = |e: parquet::errors::ParquetError| {
+        Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
+    };
+    let reader =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
             .and_then(|b| b.build())
-            .map_err(|e| {
-                Error::new(ErrorKind::DataInvalid, format!("read {path}: {e}")).with_source(e)
-            })?;
-        for batch in reader {
-            out.push(batch.map_err(|e| {
-                Error::new(ErrorKind::DataInvalid, format!("read {path}: {e}")).with_source(e)
-            })?);
-        }
-    }
-    Ok(out)
+            .map_err(invalid)?;
+    reader
+        .map(|batch| {
+            batch.map_err(|e| {
+                Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
+            })
+        })
+        .collect()
 }
 
 fn to_iceberg(e: crate::write::WriteError) -> Error {
@@ -226,24 +259,75 @@ pub(crate) async fn commit_plan(
     rewrite: &Rewrite,
     cache: &mut ManifestCache,
 ) -> Result<Option<Compaction>> {
-    let metadata = table.metadata();
-    let Some(current) = metadata.current_snapshot() else {
+    let Some(current) = table.metadata().current_snapshot() else {
         return Ok(None);
     };
-    let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();
-    let file_io = table.file_io();
-    let spec = metadata.default_partition_spec().as_ref().clone();
+    let Some(mut out) =
+        without_inputs(table, manifests, rewrite, snapshot_id, commit_uuid, cache).await?
+    else {
+        return Ok(None);
+    };
+    let added_path = format!(
+        "{}/metadata/{commit_uuid}-m{}.avro",
+        table.metadata().location(),
+        out.len()
+    );
+    let mut added = manifest_writer(table, &added_path, snapshot_id)?;
+    for output in &rewrite.outputs {
+        added.add_file(output.clone(), -1)?;
+    }
+    out.insert(0, added.write_manifest_file().await?);
+    let properties = summary(current, rewrite);
+    let (requirements, updates) =
+        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
+    Ok(Some(Compaction {
+        requirements,
+        updates,
+        files: rewrite.inputs.len(),
+        bytes: rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
+    }))
+}
+
+/// A data manifest writer of `table`'s current schema and default spec at `path`, for
+/// snapshot `snapshot_id`.
+fn manifest_writer(table: &Table, path: &str, snapshot_id: i64) -> Result<ManifestWriter> {
+    let metadata = table.metadata();
+    Ok(ManifestWriterBuilder::new(
+        table.file_io().new_output(path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    )
+    .build_v2_data())
+}
+
+/// `manifests` with `rewrite`'s inputs marked `DELETED`: each data manifest holding an
+/// input is rewritten (other entries carried as `EXISTING`, deleted ones dropped), the
+/// rest kept as they are. `None` when an input is no longer live (the attempt is
+/// dropped).
+///
+/// # Errors
+/// iceberg's error for a manifest that cannot be read or written; `DataInvalid` for an
+/// entry without snapshot id or sequence number.
+async fn without_inputs(
+    table: &Table,
+    manifests: &[ManifestFile],
+    rewrite: &Rewrite,
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+    cache: &mut ManifestCache,
+) -> Result<Option<Vec<ManifestFile>>> {
+    let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
     let mut out = Vec::with_capacity(manifests.len() + 1);
-    let mut found = 0usize;
-    let mut written = 0usize;
+    let (mut found, mut written) = (0usize, 0usize);
     for manifest in manifests {
         if manifest.content != ManifestContentType::Data {
             out.push(manifest.clone());
             continue;
         }
-        let loaded = cache.manifest(file_io, manifest).await?;
+        let loaded = cache.manifest(table.file_io(), manifest).await?;
         let hits = loaded
             .entries()
             .iter()
@@ -256,16 +340,10 @@ pub(crate) async fn commit_plan(
         found += hits;
         let path = format!(
             "{}/metadata/{commit_uuid}-m{written}.avro",
-            metadata.location()
+            table.metadata().location()
         );
         written += 1;
-        let mut writer = ManifestWriterBuilder::new(
-            file_io.new_output(&path)?,
-            Some(snapshot_id),
-            metadata.current_schema().clone(),
-            spec.clone(),
-        )
-        .build_v2_data();
+        let mut writer = manifest_writer(table, &path, snapshot_id)?;
         for entry in loaded.entries() {
             if entry.status() == ManifestStatus::Deleted {
                 continue;
@@ -280,42 +358,22 @@ pub(crate) async fn commit_plan(
                     ),
                 ));
             };
+            let file = entry.data_file().clone();
             if inputs.contains(entry.file_path()) {
-                writer.add_delete_file(
-                    entry.data_file().clone(),
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
+                writer.add_delete_file(file, sequence, entry.file_sequence_number)?;
             } else {
-                writer.add_existing_file(
-                    entry.data_file().clone(),
-                    added_by,
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
+                writer.add_existing_file(file, added_by, sequence, entry.file_sequence_number)?;
             }
         }
         out.push(writer.write_manifest_file().await?);
     }
-    if found != inputs.len() {
-        return Ok(None);
-    }
-    let added_path = format!(
-        "{}/metadata/{commit_uuid}-m{written}.avro",
-        metadata.location()
-    );
-    let mut added = ManifestWriterBuilder::new(
-        file_io.new_output(&added_path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        spec,
-    )
-    .build_v2_data();
-    for output in &rewrite.outputs {
-        added.add_file(output.clone(), -1)?;
-    }
-    out.insert(0, added.write_manifest_file().await?);
+    Ok((found == inputs.len()).then_some(out))
+}
 
+/// The summary of `rewrite`'s `replace` snapshot on `current`: the totals carried over
+/// with the data files and bytes replaced, and the `added-*` / `deleted-*` figures
+/// (Java's `RewriteFiles` summary).
+fn summary(current: &Snapshot, rewrite: &Rewrite) -> HashMap<String, String> {
     let removed_bytes: u64 = rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum();
     let rows: u64 = rewrite.inputs.iter().map(|f| f.record_count()).sum();
     let added_bytes: u64 = rewrite.outputs.iter().map(|f| f.file_size_in_bytes()).sum();
@@ -344,12 +402,5 @@ pub(crate) async fn commit_plan(
     properties.insert("deleted-records".into(), rows.to_string());
     properties.insert("added-files-size".into(), added_bytes.to_string());
     properties.insert("removed-files-size".into(), removed_bytes.to_string());
-    let (requirements, updates) =
-        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
-    Ok(Some(Compaction {
-        requirements,
-        updates,
-        files: rewrite.inputs.len(),
-        bytes: removed_bytes,
-    }))
+    properties
 }

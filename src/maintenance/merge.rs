@@ -60,7 +60,8 @@ pub(crate) async fn plan(
     };
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();
-    let Some(merged) = merge_manifests(table, snapshot_id, commit_uuid, manifests, cache).await?
+    let Some(merged) =
+        merge_manifests(table, snapshot_id, commit_uuid, 0, manifests, cache).await?
     else {
         return Ok(None);
     };

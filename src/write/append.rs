@@ -61,7 +61,7 @@ pub async fn stage_append(
     let summary = summary(table, &data_files, properties);
 
     let spec = metadata.default_partition_spec().as_ref().clone();
-    let path = format!("{}/metadata/{commit_uuid}-m-new.avro", metadata.location());
+    let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
     let mut writer = ManifestWriterBuilder::new(
         table.file_io().new_output(&path)?,
         Some(snapshot_id),
@@ -95,7 +95,7 @@ pub async fn stage_append(
     }
     let mut cache = ManifestCache::default();
     if let Some(merged) =
-        merge_manifests(table, snapshot_id, commit_uuid, &manifests, &mut cache).await?
+        merge_manifests(table, snapshot_id, commit_uuid, 1, &manifests, &mut cache).await?
     {
         manifests = merged.manifests;
     }

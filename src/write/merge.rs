@@ -59,8 +59,9 @@ pub(crate) struct Merged {
 /// Applies the merge rules of `table` (module docs) to `manifests`, the manifest list
 /// of a snapshot `snapshot_id` being built (a background `replace`, or an append that
 /// merges inline as Java's merge append does): writes a merged manifest for every bin of
-/// two or more (named after `commit_uuid`) and returns the new list — or `None` when no
-/// merge is due. Nothing is committed.
+/// two or more (`<commit_uuid>-m<n>.avro`, n counting from `first_name`: iceberg's
+/// naming) and returns the new list — or `None` when no merge is due. Nothing is
+/// committed.
 ///
 /// # Errors
 /// iceberg's error for a manifest that cannot be read or written.
@@ -68,6 +69,7 @@ pub(crate) async fn merge_manifests(
     table: &Table,
     snapshot_id: i64,
     commit_uuid: uuid::Uuid,
+    first_name: usize,
     manifests: &[ManifestFile],
     cache: &mut ManifestCache,
 ) -> Result<Option<Merged>> {
@@ -113,7 +115,7 @@ pub(crate) async fn merge_manifests(
         let path = format!(
             "{}/metadata/{commit_uuid}-m{}.avro",
             metadata.location(),
-            merged.written
+            first_name + merged.written
         );
         let (manifest, live) = write_merged(table, &spec, snapshot_id, &path, &bin, cache).await?;
         merged.entries += live;
