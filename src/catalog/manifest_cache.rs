@@ -102,10 +102,13 @@ impl ManifestCache {
     }
 }
 
-/// Recent files kept process-wide, at most this many of each kind (the oldest is
-/// forgotten first). Enough for the current manifest list and the manifests awaiting a
-/// merge of many busy tables; a miss only costs a read.
-const RECENT_MAX: usize = 2048;
+/// Manifest lists kept process-wide (the oldest is forgotten first): the current list of
+/// 128 busy tables, which is all an append reads. A miss only costs a read.
+const RECENT_LISTS: usize = 128;
+/// Manifests kept process-wide: those awaiting a merge (at most
+/// `commit.manifest.min-count-to-merge` per table) and the newest ones maintenance reads
+/// next. A miss only costs a read and a parse.
+const RECENT_MANIFESTS: usize = 512;
 
 /// The process-wide cache of manifest lists and manifests written (or read) lately.
 #[derive(Default)]
@@ -131,7 +134,7 @@ pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
     if recent.lists.insert(path.to_string(), manifests).is_none() {
         recent.list_order.push_back(path.to_string());
     }
-    while recent.list_order.len() > RECENT_MAX {
+    while recent.list_order.len() > RECENT_LISTS {
         if let Some(old) = recent.list_order.pop_front() {
             recent.lists.remove(&old);
         }
@@ -150,7 +153,7 @@ pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
     {
         recent.manifest_order.push_back(path.to_string());
     }
-    while recent.manifest_order.len() > RECENT_MAX {
+    while recent.manifest_order.len() > RECENT_MANIFESTS {
         if let Some(old) = recent.manifest_order.pop_front() {
             recent.manifests.remove(&old);
         }

@@ -96,20 +96,24 @@ impl SkadeFlight {
 
 /// Logs a failed RPC once, in the RPC's span: a client that left (cancel, reset, broken
 /// pipe, deadline) as `client left` at `info` with the rows committed before, the
-/// client's mistakes as `request refused` at `info`, the server's failures as `request
-/// failed` at `warn`; returns its status.
+/// client's mistakes as `request refused` at `info`, a stream the server's shutdown ended
+/// as `request ended by shutdown` at `info`, the server's failures as `request failed`
+/// at `warn`; returns its status.
 fn reject(e: Error) -> Status {
     let message = e.to_string();
     let committed_rows = match &e {
         Error::ClientGone { committed_rows, .. } => Some(*committed_rows),
         _ => None,
     };
+    let shutdown = matches!(e, Error::ShuttingDown { .. });
     let status = e.into_status();
     let code = code_name(status.code());
     match (committed_rows, status.code()) {
         (Some(committed_rows), _) => {
             info!(code, committed_rows, error = %message, "client left")
         }
+        // Planned: the operator stopped the server; the client resends the rest.
+        (None, _) if shutdown => info!(code, error = %message, "request ended by shutdown"),
         (
             None,
             Code::Internal | Code::Unavailable | Code::Aborted | Code::Unknown | Code::DataLoss,

@@ -499,3 +499,40 @@ async fn health_watch_turns_not_serving_and_ends_on_shutdown() {
         started.elapsed()
     );
 }
+
+/// A stream open when the server is stopped (SIGTERM) gets `Unavailable` and is logged as
+/// one `request ended by shutdown` event at info: a planned stop is no server failure.
+/// Catches: every stream open at a restart logged as `WARN request failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_a_shutdown_ends_is_an_info_event() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let binary = Binary::serve(
+        &dir.path().join("data"),
+        "info",
+        &["--commit-interval", "100ms"],
+    )
+    .await;
+    let mut client = client_at(binary.flight).await;
+    let (batch_tx, mut results) = common::open_stream(&mut client, &["stop", "t"]).await;
+    within(30, async {
+        batch_tx.send(synthetic_batch(0, 100)).await.expect("send");
+        results.next().await.expect("an ack").expect("ack");
+    })
+    .await;
+    let events = binary.stop();
+    let ended: Vec<_> = events
+        .iter()
+        .filter(|e| message_of(e) == "request ended by shutdown")
+        .collect();
+    assert_eq!(ended.len(), 1, "{events:?}");
+    assert_eq!(ended[0]["level"], "INFO");
+    assert!(
+        events.iter().all(|e| e["level"] != "WARN"),
+        "{:?}",
+        events
+            .iter()
+            .filter(|e| e["level"] == "WARN")
+            .collect::<Vec<_>>()
+    );
+    drop(batch_tx);
+}
