@@ -179,26 +179,7 @@ impl Sweeper {
                 })?;
         }
         self.walker.forget_unused();
-        let mut locations: Vec<(PathBuf, bool)> = Vec::new();
-        // Only plain locations of the warehouse's storage are swept.
-        for swept in tables.iter().filter(|t| t.sweep) {
-            let Some(location) = store.path_of(swept.table.metadata().location()) else {
-                continue;
-            };
-            // A location shared with a table that keeps its metadata keeps it too.
-            match locations.iter_mut().find(|(l, _)| *l == location) {
-                Some((_, delete_metadata)) => *delete_metadata &= swept.delete_metadata,
-                None => locations.push((location, swept.delete_metadata)),
-            }
-        }
-        // Tables not swept (gc.enabled=false) protect their location from other tables.
-        let protected: HashSet<PathBuf> = tables
-            .iter()
-            .filter(|t| !t.sweep)
-            .map(|t| local_path(t.table.metadata().location()))
-            .collect();
-        locations.retain(|(l, _)| !protected.contains(l));
-
+        let locations = swept_locations(store, tables);
         let list = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= LISTING_EVERY);
@@ -322,6 +303,31 @@ async fn due_between_listings(
         seen.remove(file);
     }
     Ok(found)
+}
+
+/// The locations a sweep may remove files under, each with whether its metadata JSON
+/// files may go: the plain locations of the warehouse's storage of the swept tables
+/// (a location shared with a table that keeps its metadata keeps it too), minus every
+/// location of a table not swept (`gc.enabled=false` protects its location from the
+/// other tables).
+fn swept_locations(store: &FileStore, tables: &[SweptTable]) -> Vec<(PathBuf, bool)> {
+    let mut locations: Vec<(PathBuf, bool)> = Vec::new();
+    for swept in tables.iter().filter(|t| t.sweep) {
+        let Some(location) = store.path_of(swept.table.metadata().location()) else {
+            continue;
+        };
+        match locations.iter_mut().find(|(l, _)| *l == location) {
+            Some((_, delete_metadata)) => *delete_metadata &= swept.delete_metadata,
+            None => locations.push((location, swept.delete_metadata)),
+        }
+    }
+    let protected: HashSet<PathBuf> = tables
+        .iter()
+        .filter(|t| !t.sweep)
+        .map(|t| local_path(t.table.metadata().location()))
+        .collect();
+    locations.retain(|(l, _)| !protected.contains(l));
+    locations
 }
 
 /// What a sweep may remove (module docs): under which locations, given which

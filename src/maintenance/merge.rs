@@ -9,13 +9,13 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter, Operation, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary,
+    FormatVersion, ManifestFile, ManifestListWriter, Operation, Snapshot, Summary,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use crate::catalog::manifest_cache::{ManifestCache, remember_list};
+use crate::write::append::snapshot_commit;
 pub use crate::write::merge::{
     MERGE_ENABLED_PROPERTY, MIN_COUNT_TO_MERGE_DEFAULT, MIN_COUNT_TO_MERGE_PROPERTY,
     TARGET_SIZE_BYTES_DEFAULT, TARGET_SIZE_BYTES_PROPERTY,
@@ -153,25 +153,9 @@ pub(crate) async fn replace_snapshot(
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
         .build();
-    Ok((
-        vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_string(),
-                snapshot_id: Some(current.snapshot_id()),
-            },
-        ],
-        vec![
-            TableUpdate::AddSnapshot { snapshot },
-            TableUpdate::SetSnapshotRef {
-                ref_name: MAIN_BRANCH.to_string(),
-                reference: SnapshotReference::new(
-                    snapshot_id,
-                    SnapshotRetention::branch(None, None, None),
-                ),
-            },
-        ],
+    Ok(snapshot_commit(
+        table,
+        snapshot,
+        Some(current.snapshot_id()),
     ))
 }

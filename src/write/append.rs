@@ -60,35 +60,8 @@ pub async fn stage_append(
     let parent = metadata.current_snapshot();
     let summary = summary(table, &data_files, properties);
 
-    let spec = metadata.default_partition_spec().as_ref().clone();
-    let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
-    let mut writer = ManifestWriterBuilder::new(
-        table.file_io().new_output(&path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        spec.clone(),
-    )
-    .build_v2_data();
-    let mut entries = Vec::with_capacity(data_files.len());
-    for data_file in data_files {
-        // Sequence numbers left to inheritance (a negative number is "unassigned").
-        writer.add_file(data_file.clone(), UNASSIGNED_SEQUENCE_NUMBER)?;
-        // As a reader sees it: snapshot id and sequence numbers inherited.
-        entries.push(
-            ManifestEntry::builder()
-                .status(ManifestStatus::Added)
-                .snapshot_id(snapshot_id)
-                .sequence_number(sequence_number)
-                .file_sequence_number(sequence_number)
-                .data_file(data_file)
-                .build(),
-        );
-    }
-    let mut added = writer.write_manifest_file().await?;
-    remember_manifest(&path, Arc::new(as_read(table, &spec, entries)));
-    // The list as a reader gets it (Java puts the new manifest first).
-    added.sequence_number = sequence_number;
-    added.min_sequence_number = sequence_number;
+    let added = write_added(table, snapshot_id, sequence_number, commit_uuid, data_files).await?;
+    // Java puts the new manifest first.
     let mut manifests: Vec<ManifestFile> = vec![added];
     if let Some(parent) = parent {
         manifests.extend(read_list(table, parent).await?.iter().cloned());
@@ -127,10 +100,68 @@ pub async fn stage_append(
         .with_schema_id(metadata.current_schema_id())
         .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
         .build();
-    Ok((
+    Ok(snapshot_commit(table, snapshot, parent_id))
+}
+
+/// Writes the manifest of `data_files`, added by snapshot `snapshot_id` (sequence number
+/// `sequence_number`) at `<commit_uuid>-m0.avro` (iceberg's name), and remembers it as a
+/// reader sees it; returns it as the manifest list lists it.
+///
+/// # Errors
+/// iceberg's error when the manifest cannot be written.
+async fn write_added(
+    table: &Table,
+    snapshot_id: i64,
+    sequence_number: i64,
+    commit_uuid: uuid::Uuid,
+    data_files: Vec<DataFile>,
+) -> Result<ManifestFile> {
+    let metadata = table.metadata();
+    let spec = metadata.default_partition_spec().as_ref().clone();
+    let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
+    let mut writer = ManifestWriterBuilder::new(
+        table.file_io().new_output(&path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        spec.clone(),
+    )
+    .build_v2_data();
+    let mut entries = Vec::with_capacity(data_files.len());
+    for data_file in data_files {
+        // Sequence numbers left to inheritance (a negative number is "unassigned").
+        writer.add_file(data_file.clone(), UNASSIGNED_SEQUENCE_NUMBER)?;
+        // As a reader sees it: snapshot id and sequence numbers inherited.
+        entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(snapshot_id)
+                .sequence_number(sequence_number)
+                .file_sequence_number(sequence_number)
+                .data_file(data_file)
+                .build(),
+        );
+    }
+    let mut added = writer.write_manifest_file().await?;
+    remember_manifest(&path, Arc::new(as_read(table, &spec, entries)));
+    // As the manifest list writer assigns them (table spec, "Sequence Number Inheritance").
+    added.sequence_number = sequence_number;
+    added.min_sequence_number = sequence_number;
+    Ok(added)
+}
+
+/// The commit that makes `snapshot` (child of `parent_id`) `table`'s current snapshot,
+/// as iceberg's snapshot producer commits it: the table's uuid and `main` still at
+/// `parent_id` as requirements; `AddSnapshot` and `SetSnapshotRef main` as updates.
+pub(crate) fn snapshot_commit(
+    table: &Table,
+    snapshot: Snapshot,
+    parent_id: Option<i64>,
+) -> (Vec<TableRequirement>, Vec<TableUpdate>) {
+    let snapshot_id = snapshot.snapshot_id();
+    (
         vec![
             TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
+                uuid: table.metadata().uuid(),
             },
             TableRequirement::RefSnapshotIdMatch {
                 r#ref: MAIN_BRANCH.to_string(),
@@ -147,7 +178,7 @@ pub async fn stage_append(
                 ),
             },
         ],
-    ))
+    )
 }
 
 /// The summary of an append of `data_files` to `table`: `properties`, then the
