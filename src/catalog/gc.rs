@@ -17,7 +17,7 @@
 //! the grace period. Only regular files directly or deeper under `<location>/data/` and
 //! `<location>/metadata/` of a catalog table are considered (objects under those
 //! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
-//! through [`super::file_store::FileStore`]); anything else under the warehouse is left
+//! through `catalog::file_store::FileStore`); anything else under the warehouse is left
 //! alone.
 //!
 //! gc holds the catalog open for the whole run, so it cannot run beside a live server:

@@ -10,7 +10,7 @@
 //! fails the write and so the commit that needed it. Manifests and manifest lists are
 //! the exception: they upload behind their writer and the catalog waits for them before
 //! the pointer moves ([`super::uploads`]). The manifest lists written lately are also
-//! kept in memory for the next commit's read of its parent ([`RecentLists`]). Listing,
+//! kept in memory for the next commit's read of its parent (`RecentLists`). Listing,
 //! single-object stats and batch deletes for cleanup, gc and purge:
 //! [`ObjectStorage::list`], [`ObjectStorage::stat`], [`ObjectStorage::delete_all`].
 

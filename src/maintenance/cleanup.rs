@@ -2,8 +2,8 @@
 //! while the server runs.
 //!
 //! The rules below hold on a local warehouse and on S3 alike: only how files are listed,
-//! inspected and removed differs ([`FileStore`]; on S3 a file's modification time is its
-//! `Last-Modified`).
+//! inspected and removed differs (`catalog::file_store::FileStore`; on S3 a file's
+//! modification time is its `Last-Modified`).
 //!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
