@@ -155,7 +155,8 @@ pub struct MaintenanceConfig {
     #[arg(long = "maintenance", env = "SKADE_MAINTENANCE", default_value_t = true, action = clap::ArgAction::Set)]
     pub enabled: bool,
 
-    /// How often every table is checked for expiry, merging and cleanup (e.g. `1s`).
+    /// How often every table is checked for expiry, merging and cleanup (e.g. `1s`); a
+    /// pass also starts once `--max-snapshots`/4 commits (at least 16) landed since the last.
     #[arg(long, env = "SKADE_MAINTENANCE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub maintenance_interval: Duration,
 

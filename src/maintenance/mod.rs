@@ -39,9 +39,9 @@ use iceberg::{Catalog, ErrorKind, TableIdent, TableRequirement, TableUpdate};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::catalog::RedbCatalog;
 use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::GcError;
+use crate::catalog::{RedbCatalog, redb_commit_count};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
 use crate::write::table_commit_lock;
@@ -153,17 +153,21 @@ impl Maintainer {
         self
     }
 
-    /// Runs a pass every `--maintenance-interval` until `shutdown` is cancelled; a pass
-    /// in progress then stops after the table it is on (so when the task has ended,
-    /// nothing of it still uses the catalog).
+    /// Runs a pass every `--maintenance-interval`, and early once
+    /// [`Self::wake_after_commits`] catalog commits landed since the last pass, until
+    /// `shutdown` is cancelled; a pass in progress then stops after the table it is on
+    /// (so when the task has ended, nothing of it still uses the catalog).
     pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(self.config.maintenance_interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let wake_after = self.wake_after_commits();
             loop {
+                let since = redb_commit_count();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tick.tick() => {}
+                    _ = commits_since(since, wake_after) => tick.reset(),
                 }
                 if let Err(e) = self.pass(Some(&shutdown)).await {
                     self.metrics.record_maintenance_error(e.job());
@@ -171,6 +175,14 @@ impl Maintainer {
                 }
             }
         })
+    }
+
+    /// Catalog commits (of any table) after which a pass starts before its interval:
+    /// a quarter of `--max-snapshots`, at least 16. At a high commit rate a table then
+    /// keeps close to `--max-snapshots` snapshots between passes — and every commit's
+    /// metadata JSON stays that small — instead of a whole interval's commits more.
+    pub fn wake_after_commits(&self) -> u64 {
+        (self.config.max_snapshots as u64 / 4).max(16)
     }
 
     /// One pass over every table (see the module docs). Jobs that fail are logged,
@@ -556,5 +568,16 @@ impl Maintainer {
         }
         report.removed.extend(removed);
         Ok(())
+    }
+}
+
+/// Returns once `n` catalog commits landed after the count `start`
+/// ([`redb_commit_count`], process-wide), looking every 50 ms.
+async fn commits_since(start: u64, n: u64) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if redb_commit_count().saturating_sub(start) >= n {
+            return;
+        }
     }
 }

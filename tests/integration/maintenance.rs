@@ -815,3 +815,36 @@ async fn files_a_commit_unreferenced_go_between_listings() {
     let table = c.catalog.load_table(&ident("t")).await.unwrap();
     assert_eq!(count(&common::scan(&table, None).await), 40);
 }
+
+/// A pass starts early once a quarter of `--max-snapshots` (at least 16) commits landed:
+/// with an interval of an hour, 40 puts and `--max-snapshots 8` still get their
+/// snapshots expired (at 16 and 32 commits) while the server runs.
+/// Catches: maintenance that waits out `--maintenance-interval` however fast commits
+/// come (nothing expired until the hour is up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_commits_starts_a_pass_before_the_interval() {
+    let server = common::TestServer::start_with(|c| {
+        c.maintenance.max_snapshots = 8;
+        c.maintenance.maintenance_interval = Duration::from_secs(3600);
+        c.maintenance.compaction = false;
+    })
+    .await;
+    let mut client = server.client().await;
+    for i in 0..40 {
+        common::put(&mut client, &["t"], vec![common::synthetic_batch(i * 5, 5)])
+            .await
+            .unwrap();
+    }
+    common::within(30, async {
+        loop {
+            let (_, body) = server.http_get("/metrics").await;
+            if common::metric(&body, "skade_snapshots_expired_total") >= 24.0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(count(&common::get(&mut client, &["t"]).await), 200);
+    server.stop().await;
+}
