@@ -110,7 +110,7 @@ const RECENT_LISTS: usize = 128;
 /// next. A miss only costs a read and a parse.
 const RECENT_MANIFESTS: usize = 512;
 
-/// The process-wide cache of manifest lists and manifests written (or read) lately.
+/// The process-wide cache of the manifest lists and manifests this process wrote lately.
 #[derive(Default)]
 struct Recent {
     lists: HashMap<String, Arc<[ManifestFile]>>,
