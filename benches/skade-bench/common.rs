@@ -262,3 +262,19 @@ pub(crate) fn cut(batches: &[RecordBatch], target: usize) -> Vec<Vec<RecordBatch
     groups.retain(|g| !g.is_empty());
     groups
 }
+
+/// `files` groups of one synthetic batch of `rows` rows each (ids consecutive),
+/// conformed to `table`: one data file per group in the pipelined lanes.
+pub(crate) fn file_groups(
+    table: &iceberg::table::Table,
+    files: usize,
+    rows: usize,
+) -> Vec<Vec<arrow_array::RecordBatch>> {
+    let arrow = skade::write::table_arrow_schema(table).expect("schema");
+    (0..files)
+        .map(|f| {
+            let b = batch((f * rows) as i64, rows);
+            vec![skade::write::conform_batch("bench", &b, &arrow).expect("conform")]
+        })
+        .collect()
+}

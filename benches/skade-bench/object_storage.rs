@@ -145,13 +145,7 @@ pub(crate) async fn object_storage(runs: usize) {
         for (place, catalog) in [("local", &local), ("s3", &s3)] {
             for lane in ["serial", "overlap"] {
                 let table = new_table(catalog, &format!("{lane}_{run}")).await;
-                let arrow = write::table_arrow_schema(&table).expect("schema");
-                let groups: Vec<Vec<RecordBatch>> = (0..files)
-                    .map(|f| {
-                        let b = batch((f * rows) as i64, rows);
-                        vec![write::conform_batch("bench", &b, &arrow).expect("conform")]
-                    })
-                    .collect();
+                let groups = file_groups(&table, files, rows);
                 let started = Instant::now();
                 let (_, stats) = if lane == "serial" {
                     write::ingest_pipelined(catalog, &table, groups, fpc, &props).await

@@ -19,13 +19,7 @@ pub(crate) async fn committer_overlap(runs: usize) {
     for run in 0..runs {
         for lane in ["serial", "overlap"] {
             let table = new_table(&catalog, &format!("{lane}_{run}")).await;
-            let arrow = write::table_arrow_schema(&table).expect("schema");
-            let groups: Vec<Vec<RecordBatch>> = (0..files)
-                .map(|f| {
-                    let b = batch((f * rows) as i64, rows);
-                    vec![write::conform_batch("bench", &b, &arrow).expect("conform")]
-                })
-                .collect();
+            let groups = file_groups(&table, files, rows);
             let started = Instant::now();
             let (_, stats): (Table, IngestStats) = if lane == "serial" {
                 write::ingest_pipelined(&catalog, &table, groups, fpc, &props).await

@@ -90,16 +90,6 @@ impl ManifestCache {
         self.lists.retain(|path, _| used.contains(path));
         self.manifests.retain(|path, _| used.contains(path));
     }
-
-    /// Manifest lists and manifests held.
-    pub fn len(&self) -> usize {
-        self.lists.len() + self.manifests.len()
-    }
-
-    /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Manifest lists kept process-wide (the oldest is forgotten first): the current list of

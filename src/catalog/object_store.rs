@@ -9,10 +9,10 @@
 //! is durable — so the catalog needs no sync before it moves a pointer; a failed upload
 //! fails the write and so the commit that needed it. Manifests and manifest lists are
 //! the exception: they upload behind their writer and the catalog waits for them before
-//! the pointer moves ([`super::uploads`]). The manifest lists written lately are also
-//! kept in memory for the next commit's read of its parent (`RecentLists`). Listing,
-//! single-object stats and batch deletes for cleanup, gc and purge:
-//! [`ObjectStorage::list`], [`ObjectStorage::stat`], [`ObjectStorage::delete_all`].
+//! the pointer moves ([`super::uploads`]); a commit takes its parent's manifest list from
+//! memory, never from the store (`catalog::manifest_cache`). Listing, single-object
+//! stats and batch deletes for cleanup, gc and purge: [`ObjectStorage::list`],
+//! [`ObjectStorage::stat`], [`ObjectStorage::delete_all`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -100,8 +100,6 @@ pub struct ObjectStorage {
     #[serde(skip)]
     metrics: Option<ObjectStoreMetrics>,
     #[serde(skip)]
-    recent: Arc<RecentLists>,
-    #[serde(skip)]
     uploads: Arc<PendingUploads>,
 }
 
@@ -118,7 +116,6 @@ impl ObjectStorage {
             },
             config,
             metrics,
-            recent: Arc::default(),
             uploads: Arc::default(),
         }
     }
@@ -220,9 +217,6 @@ impl ObjectStorage {
     /// # Errors
     /// The object store's error; objects of earlier batches may be gone by then.
     pub async fn delete_all(&self, locations: &[String]) -> Result<()> {
-        for location in locations {
-            self.recent.forget(location);
-        }
         let mut by_bucket: HashMap<&str, Vec<&str>> = HashMap::new();
         for location in locations {
             let (bucket, _) = split_s3(location)?;
@@ -240,60 +234,6 @@ impl ObjectStorage {
             .await?;
         }
         Ok(())
-    }
-}
-
-/// The manifest lists this storage wrote lately, by location, served to reads from memory.
-///
-/// A fast append reads its parent snapshot's manifest list back (iceberg's
-/// `SnapshotProducer` carries the earlier manifests on), so without this every commit of
-/// a stream paid one more round trip to the store for the list the commit before it had
-/// just uploaded. Iceberg never rewrites a file under the same location (every manifest
-/// list's name holds its snapshot id and a fresh UUID), so serving a read of a list
-/// that completed its upload from memory returns exactly what the store holds. Deleted
-/// lists are forgotten.
-#[derive(Debug, Default)]
-struct RecentLists {
-    entries: std::sync::Mutex<std::collections::VecDeque<(String, Bytes)>>,
-}
-
-impl RecentLists {
-    /// Lists kept (the oldest go first): one per recent commit of the busiest tables.
-    const ENTRIES: usize = 256;
-    /// A list larger than this (bytes) is not kept.
-    const MAX_BYTES: usize = 1024 * 1024;
-
-    /// Whether `location` names a manifest list (`.../metadata/snap-*.avro`).
-    fn keeps(location: &str) -> bool {
-        location
-            .rsplit_once("/metadata/")
-            .is_some_and(|(_, name)| name.starts_with("snap-") && name.ends_with(".avro"))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(String, Bytes)>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn get(&self, location: &str) -> Option<Bytes> {
-        self.lock()
-            .iter()
-            .find(|(l, _)| l == location)
-            .map(|(_, bytes)| bytes.clone())
-    }
-
-    fn insert(&self, location: String, bytes: Bytes) {
-        let mut entries = self.lock();
-        entries.retain(|(l, _)| *l != location);
-        if entries.len() >= Self::ENTRIES {
-            entries.pop_front();
-        }
-        entries.push_back((location, bytes));
-    }
-
-    fn forget(&self, location: &str) {
-        self.lock().retain(|(l, _)| l != location);
     }
 }
 
@@ -322,9 +262,6 @@ impl Storage for ObjectStorage {
     }
 
     async fn read(&self, path: &str) -> Result<Bytes> {
-        if let Some(bytes) = self.recent.get(path) {
-            return Ok(bytes);
-        }
         self.uploads.settled(path).await;
         self.observed("read", self.inner.read(path)).await
     }
@@ -336,8 +273,6 @@ impl Storage for ObjectStorage {
 
     async fn write(&self, path: &str, bs: Bytes) -> Result<()> {
         let (op, key) = self.operator(path)?;
-        let kept =
-            (RecentLists::keeps(path) && bs.len() <= RecentLists::MAX_BYTES).then(|| bs.clone());
         self.observed("write", async {
             op.write_with(key, bs)
                 .chunk(PART_BYTES)
@@ -346,11 +281,7 @@ impl Storage for ObjectStorage {
                 .map(|_| ())
                 .map_err(from_opendal)
         })
-        .await?;
-        if let Some(bytes) = kept {
-            self.recent.insert(path.to_string(), bytes);
-        }
-        Ok(())
+        .await
     }
 
     async fn writer(&self, path: &str) -> Result<Box<dyn FileWrite>> {
@@ -375,13 +306,10 @@ impl Storage for ObjectStorage {
             writer,
             started: Instant::now(),
             metrics: self.metrics.clone(),
-            kept: RecentLists::keeps(path).then(|| (path.to_string(), Vec::new())),
-            recent: self.recent.clone(),
         }))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        self.recent.forget(path);
         self.observed("delete", self.inner.delete(path)).await
     }
 
@@ -421,20 +349,11 @@ impl FileWrite for BehindWrite {
 
     async fn close(&mut self) -> Result<()> {
         let bytes = Bytes::from(std::mem::take(&mut self.bytes));
-        if RecentLists::keeps(&self.location) && bytes.len() <= RecentLists::MAX_BYTES {
-            self.storage
-                .recent
-                .insert(self.location.clone(), bytes.clone());
-        }
         let (storage, location) = (self.storage.clone(), self.location.clone());
         self.storage
             .uploads
             .start(self.location.clone(), async move {
-                let out = storage.write(&location, bytes).await;
-                if out.is_err() {
-                    storage.recent.forget(&location);
-                }
-                out
+                storage.write(&location, bytes).await
             });
         Ok(())
     }
@@ -445,21 +364,11 @@ struct ObjectWrite {
     writer: opendal::Writer,
     started: Instant,
     metrics: Option<ObjectStoreMetrics>,
-    /// A manifest list's location and the bytes written so far, for [`RecentLists`].
-    kept: Option<(String, Vec<u8>)>,
-    recent: Arc<RecentLists>,
 }
 
 #[async_trait]
 impl FileWrite for ObjectWrite {
     async fn write(&mut self, bs: Bytes) -> Result<()> {
-        if let Some((_, kept)) = &mut self.kept {
-            if kept.len() + bs.len() <= RecentLists::MAX_BYTES {
-                kept.extend_from_slice(&bs);
-            } else {
-                self.kept = None;
-            }
-        }
         let out = self.writer.write(bs).await.map_err(from_opendal);
         if out.is_err()
             && let Some(metrics) = &self.metrics
@@ -471,12 +380,6 @@ impl FileWrite for ObjectWrite {
 
     async fn close(&mut self) -> Result<()> {
         let out = self.writer.close().await.map(|_| ()).map_err(from_opendal);
-        // Only a complete object is served from memory.
-        if out.is_ok()
-            && let Some((location, bytes)) = self.kept.take()
-        {
-            self.recent.insert(location, Bytes::from(bytes));
-        }
         if let Some(metrics) = &self.metrics {
             metrics.observe("write", self.started, out.is_ok());
         }
@@ -546,20 +449,5 @@ mod tests {
         );
         assert_eq!(split_s3("s3://b").expect("split"), ("b", ""));
         assert!(split_s3("s3:///k").is_err());
-    }
-
-    #[test]
-    fn recent_lists_keep_manifest_lists_only_and_forget_deleted_ones() {
-        assert!(RecentLists::keeps("s3://b/w/t/metadata/snap-1-0-u.avro"));
-        assert!(!RecentLists::keeps("s3://b/w/t/metadata/u-m0.avro"));
-        assert!(!RecentLists::keeps("s3://b/w/t/data/snap-1.avro"));
-        let recent = RecentLists::default();
-        for i in 0..=RecentLists::ENTRIES {
-            recent.insert(format!("l{i}"), Bytes::from(vec![1]));
-        }
-        assert_eq!(recent.get("l0"), None, "the oldest goes first");
-        assert_eq!(recent.get("l1"), Some(Bytes::from(vec![1])));
-        recent.forget("l1");
-        assert_eq!(recent.get("l1"), None);
     }
 }

@@ -23,14 +23,14 @@ use std::collections::{HashMap, HashSet};
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, ManifestWriter,
-    ManifestWriterBuilder, Snapshot,
+    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use crate::catalog::manifest_cache::ManifestCache;
+use crate::write::merge::{entry_ids, manifest_writer};
 use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
@@ -290,19 +290,6 @@ pub(crate) async fn commit_plan(
     }))
 }
 
-/// A data manifest writer of `table`'s current schema and default spec at `path`, for
-/// snapshot `snapshot_id`.
-fn manifest_writer(table: &Table, path: &str, snapshot_id: i64) -> Result<ManifestWriter> {
-    let metadata = table.metadata();
-    Ok(ManifestWriterBuilder::new(
-        table.file_io().new_output(path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        metadata.default_partition_spec().as_ref().clone(),
-    )
-    .build_v2_data())
-}
-
 /// `manifests` with `rewrite`'s inputs marked `DELETED`: each data manifest holding an
 /// input is rewritten (other entries carried as `EXISTING`, deleted ones dropped), the
 /// rest kept as they are. `None` when an input is no longer live (the attempt is
@@ -348,16 +335,7 @@ async fn without_inputs(
             if entry.status() == ManifestStatus::Deleted {
                 continue;
             }
-            let (Some(added_by), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
-            else {
-                return Err(Error::new(
-                    ErrorKind::DataInvalid,
-                    format!(
-                        "manifest {} has an entry without snapshot id or sequence number",
-                        manifest.manifest_path
-                    ),
-                ));
-            };
+            let (added_by, sequence) = entry_ids(entry, manifest)?;
             let file = entry.data_file().clone();
             if inputs.contains(entry.file_path()) {
                 writer.add_delete_file(file, sequence, entry.file_sequence_number)?;

@@ -8,19 +8,17 @@
 
 use std::collections::HashMap;
 
-use iceberg::spec::{
-    FormatVersion, ManifestFile, ManifestListWriter, Operation, Snapshot, Summary,
-};
+use iceberg::spec::{FormatVersion, ManifestFile, Operation, Snapshot, Summary};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use crate::catalog::manifest_cache::{ManifestCache, remember_list};
-use crate::write::append::snapshot_commit;
+use crate::catalog::manifest_cache::ManifestCache;
+use crate::write::append::write_snapshot;
 pub use crate::write::merge::{
     MERGE_ENABLED_PROPERTY, MIN_COUNT_TO_MERGE_DEFAULT, MIN_COUNT_TO_MERGE_PROPERTY,
     TARGET_SIZE_BYTES_DEFAULT, TARGET_SIZE_BYTES_PROPERTY,
 };
-pub(crate) use crate::write::merge::{as_listed, merge_manifests, now_ms, unique_snapshot_id};
+pub(crate) use crate::write::merge::{merge_manifests, unique_snapshot_id};
 
 /// A written merge, ready to commit.
 #[derive(Debug)]
@@ -120,42 +118,15 @@ pub(crate) async fn replace_snapshot(
     manifests: Vec<ManifestFile>,
     properties: HashMap<String, String>,
 ) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
-    let metadata = table.metadata();
-    let current = metadata
-        .current_snapshot()
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "replace without a current snapshot"))?;
-    let sequence_number = metadata.next_sequence_number();
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let mut list = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        Some(current.snapshot_id()),
-        sequence_number,
-    );
-    list.add_manifests(manifests.iter().cloned())?;
-    list.close().await?;
-    remember_list(
-        &list_path,
-        as_listed(manifests, snapshot_id, sequence_number),
-    );
-    let snapshot = Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(Some(current.snapshot_id()))
-        .with_sequence_number(sequence_number)
-        .with_summary(Summary {
-            operation: Operation::Replace,
-            additional_properties: properties,
-        })
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
-        .build();
-    Ok(snapshot_commit(
-        table,
-        snapshot,
-        Some(current.snapshot_id()),
-    ))
+    if table.metadata().current_snapshot().is_none() {
+        return Err(Error::new(
+            ErrorKind::Unexpected,
+            "replace without a current snapshot",
+        ));
+    }
+    let summary = Summary {
+        operation: Operation::Replace,
+        additional_properties: properties,
+    };
+    write_snapshot(table, snapshot_id, commit_uuid, manifests, summary).await
 }

@@ -260,23 +260,14 @@ impl Maintainer {
             Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
             Err(e) => return Err(failed("load")(e)),
         };
-        // What the table references now is read and parsed before the commit turn is
+        // What the table references now (every snapshot's manifest list and manifests,
+        // the current one's among them) is read and parsed before the commit turn is
         // taken, so the turn waits only for what the appends of the next moment add.
         state
             .sweeper
             .observe(&table)
             .await
             .map_err(failed("cleanup"))?;
-        if let Some(current) = table.metadata().current_snapshot() {
-            let cache = state.sweeper.manifests();
-            let list = cache.list(&table, current).await.map_err(failed("merge"))?;
-            for manifest in list.iter() {
-                cache
-                    .manifest(table.file_io(), manifest)
-                    .await
-                    .map_err(failed("merge"))?;
-            }
-        }
         let lock = table_commit_lock(table.metadata().uuid());
         let turn = lock.lock().await;
         let table = self

@@ -26,14 +26,15 @@ use std::sync::Arc;
 
 use iceberg::spec::{
     DataFile, FormatVersion, MAIN_BRANCH, ManifestEntry, ManifestFile, ManifestListWriter,
-    ManifestStatus, ManifestWriterBuilder, Operation, Snapshot, SnapshotReference,
-    SnapshotRetention, SnapshotSummaryCollector, Summary, TableProperties,
-    UNASSIGNED_SEQUENCE_NUMBER,
+    ManifestStatus, Operation, Snapshot, SnapshotReference, SnapshotRetention,
+    SnapshotSummaryCollector, Summary, TableProperties, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Result, TableRequirement, TableUpdate};
 
-use super::merge::{as_listed, as_read, merge_manifests, now_ms, unique_snapshot_id};
+use super::merge::{
+    as_listed, as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
+};
 use super::stage::stage_fast_append_with;
 use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
 
@@ -73,34 +74,7 @@ pub async fn stage_append(
         manifests = merged.manifests;
     }
 
-    let list_path = format!(
-        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
-        metadata.location()
-    );
-    let parent_id = parent.map(|p| p.snapshot_id());
-    let mut list = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        parent_id,
-        sequence_number,
-    );
-    list.add_manifests(manifests.iter().cloned())?;
-    list.close().await?;
-    remember_list(
-        &list_path,
-        as_listed(manifests, snapshot_id, sequence_number),
-    );
-
-    let snapshot = Snapshot::builder()
-        .with_manifest_list(list_path)
-        .with_snapshot_id(snapshot_id)
-        .with_parent_snapshot_id(parent_id)
-        .with_sequence_number(sequence_number)
-        .with_summary(summary)
-        .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
-        .build();
-    Ok(snapshot_commit(table, snapshot, parent_id))
+    write_snapshot(table, snapshot_id, commit_uuid, manifests, summary).await
 }
 
 /// Writes the manifest of `data_files`, added by snapshot `snapshot_id` (sequence number
@@ -116,16 +90,11 @@ async fn write_added(
     commit_uuid: uuid::Uuid,
     data_files: Vec<DataFile>,
 ) -> Result<ManifestFile> {
-    let metadata = table.metadata();
-    let spec = metadata.default_partition_spec().as_ref().clone();
-    let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
-    let mut writer = ManifestWriterBuilder::new(
-        table.file_io().new_output(&path)?,
-        Some(snapshot_id),
-        metadata.current_schema().clone(),
-        spec.clone(),
-    )
-    .build_v2_data();
+    let path = format!(
+        "{}/metadata/{commit_uuid}-m0.avro",
+        table.metadata().location()
+    );
+    let mut writer = manifest_writer(table, &path, snapshot_id)?;
     let mut entries = Vec::with_capacity(data_files.len());
     for data_file in data_files {
         // Sequence numbers left to inheritance (a negative number is "unassigned").
@@ -142,26 +111,61 @@ async fn write_added(
         );
     }
     let mut added = writer.write_manifest_file().await?;
-    remember_manifest(&path, Arc::new(as_read(table, &spec, entries)));
+    remember_manifest(&path, Arc::new(as_read(table, entries)));
     // As the manifest list writer assigns them (table spec, "Sequence Number Inheritance").
     added.sequence_number = sequence_number;
     added.min_sequence_number = sequence_number;
     Ok(added)
 }
 
-/// The commit that makes `snapshot` (child of `parent_id`) `table`'s current snapshot,
-/// as iceberg's snapshot producer commits it: the table's uuid and `main` still at
-/// `parent_id` as requirements; `AddSnapshot` and `SetSnapshotRef main` as updates.
-pub(crate) fn snapshot_commit(
+/// Writes the manifest list of snapshot `snapshot_id` — child of `table`'s current
+/// snapshot (if any), listing `manifests`, with `summary` — remembers it
+/// ([`remember_list`]), and returns the commit that makes the snapshot current, as
+/// iceberg's snapshot producer commits it: the table's uuid and `main` still at the
+/// parent as requirements; `AddSnapshot` and `SetSnapshotRef main` as updates. Shared by
+/// the append and maintenance's `replace` snapshots.
+///
+/// # Errors
+/// iceberg's error when the manifest list cannot be written.
+pub(crate) async fn write_snapshot(
     table: &Table,
-    snapshot: Snapshot,
-    parent_id: Option<i64>,
-) -> (Vec<TableRequirement>, Vec<TableUpdate>) {
-    let snapshot_id = snapshot.snapshot_id();
-    (
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+    manifests: Vec<ManifestFile>,
+    summary: Summary,
+) -> Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let metadata = table.metadata();
+    let sequence_number = metadata.next_sequence_number();
+    let parent_id = metadata.current_snapshot_id();
+    let list_path = format!(
+        "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
+        metadata.location()
+    );
+    let mut list = ManifestListWriter::v2(
+        table.file_io().new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        parent_id,
+        sequence_number,
+    );
+    list.add_manifests(manifests.iter().cloned())?;
+    list.close().await?;
+    remember_list(
+        &list_path,
+        as_listed(manifests, snapshot_id, sequence_number),
+    );
+    let snapshot = Snapshot::builder()
+        .with_manifest_list(list_path)
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent_id)
+        .with_sequence_number(sequence_number)
+        .with_summary(summary)
+        .with_schema_id(metadata.current_schema_id())
+        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
+        .build();
+    Ok((
         vec![
             TableRequirement::UuidMatch {
-                uuid: table.metadata().uuid(),
+                uuid: metadata.uuid(),
             },
             TableRequirement::RefSnapshotIdMatch {
                 r#ref: MAIN_BRANCH.to_string(),
@@ -178,7 +182,7 @@ pub(crate) fn snapshot_commit(
                 ),
             },
         ],
-    )
+    ))
 }
 
 /// The summary of an append of `data_files` to `table`: `properties`, then the

@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
     Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestMetadata, ManifestStatus,
-    ManifestWriterBuilder, PartitionSpec, UNASSIGNED_SEQUENCE_NUMBER,
+    ManifestWriter, ManifestWriterBuilder, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -88,11 +88,6 @@ pub(crate) async fn merge_manifests(
     {
         return Ok(None);
     }
-    let spec = metadata
-        .partition_spec_by_id(spec_id)
-        .ok_or_else(|| Error::new(ErrorKind::Unexpected, "default partition spec missing"))?
-        .as_ref()
-        .clone();
     let mut merged = Merged {
         manifests: Vec::with_capacity(slots.len()),
         replaced: 0,
@@ -117,7 +112,7 @@ pub(crate) async fn merge_manifests(
             metadata.location(),
             first_name + merged.written
         );
-        let (manifest, live) = write_merged(table, &spec, snapshot_id, &path, &bin, cache).await?;
+        let (manifest, live) = write_merged(table, snapshot_id, &path, &bin, cache).await?;
         merged.entries += live;
         merged.replaced_bytes += bin
             .iter()
@@ -205,36 +200,20 @@ fn bin_manifests(
 /// without snapshot id or sequence number (`DataInvalid`).
 async fn write_merged(
     table: &Table,
-    spec: &PartitionSpec,
     snapshot_id: i64,
     path: &str,
     bin: &[ManifestFile],
     cache: &mut ManifestCache,
 ) -> Result<(ManifestFile, usize)> {
     let file_io = table.file_io();
-    let mut writer = ManifestWriterBuilder::new(
-        file_io.new_output(path)?,
-        Some(snapshot_id),
-        table.metadata().current_schema().clone(),
-        spec.clone(),
-    )
-    .build_v2_data();
+    let mut writer = manifest_writer(table, path, snapshot_id)?;
     let mut entries = Vec::new();
     for manifest in bin {
         for entry in cache.manifest(file_io, manifest).await?.entries() {
             if !entry.is_alive() {
                 continue;
             }
-            let (Some(added_by), Some(sequence)) = (entry.snapshot_id(), entry.sequence_number())
-            else {
-                return Err(Error::new(
-                    ErrorKind::DataInvalid,
-                    format!(
-                        "manifest {} has a live entry without snapshot id or sequence number",
-                        manifest.manifest_path
-                    ),
-                ));
-            };
+            let (added_by, sequence) = entry_ids(entry, manifest)?;
             writer.add_existing_file(
                 entry.data_file().clone(),
                 added_by,
@@ -254,24 +233,20 @@ async fn write_merged(
     }
     let written = writer.write_manifest_file().await?;
     let live = entries.len();
-    remember_manifest(path, Arc::new(as_read(table, spec, entries)));
+    remember_manifest(path, Arc::new(as_read(table, entries)));
     Ok((written, live))
 }
 
-/// The data manifest of `entries` written for `table` with `spec`, as a reader of the
-/// file sees it (what [`ManifestFile::load_manifest`] returns), for
+/// The data manifest of `entries` written for `table` (by [`manifest_writer`]), as a
+/// reader of the file sees it (what [`ManifestFile::load_manifest`] returns), for
 /// [`remember_manifest`].
-pub(crate) fn as_read(
-    table: &Table,
-    spec: &PartitionSpec,
-    entries: Vec<ManifestEntry>,
-) -> Manifest {
+pub(crate) fn as_read(table: &Table, entries: Vec<ManifestEntry>) -> Manifest {
     let metadata = table.metadata();
     Manifest::new(
         ManifestMetadata::builder()
             .schema(metadata.current_schema().clone())
             .schema_id(metadata.current_schema_id())
-            .partition_spec(spec.clone())
+            .partition_spec(metadata.default_partition_spec().as_ref().clone())
             .format_version(metadata.format_version())
             .content(ManifestContentType::Data)
             .build(),
@@ -321,4 +296,43 @@ pub(crate) fn as_listed(
             m
         })
         .collect()
+}
+
+/// A data manifest writer at `path` for snapshot `snapshot_id`, with `table`'s current
+/// schema and default partition spec (every manifest skade writes: an append's, a
+/// merge's, a compaction's).
+///
+/// # Errors
+/// iceberg's error when `path` cannot be opened for writing.
+pub(crate) fn manifest_writer(
+    table: &Table,
+    path: &str,
+    snapshot_id: i64,
+) -> Result<ManifestWriter> {
+    let metadata = table.metadata();
+    Ok(ManifestWriterBuilder::new(
+        table.file_io().new_output(path)?,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        metadata.default_partition_spec().as_ref().clone(),
+    )
+    .build_v2_data())
+}
+
+/// The snapshot that added `entry` (of `manifest`) and its data sequence number, which a
+/// rewritten entry keeps (table spec, "Manifest Entry Fields").
+///
+/// # Errors
+/// `DataInvalid` for an entry read without either (a reader inherits both).
+pub(crate) fn entry_ids(entry: &ManifestEntry, manifest: &ManifestFile) -> Result<(i64, i64)> {
+    match (entry.snapshot_id(), entry.sequence_number()) {
+        (Some(added_by), Some(sequence)) => Ok((added_by, sequence)),
+        _ => Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "manifest {} has an entry without snapshot id or sequence number",
+                manifest.manifest_path
+            ),
+        )),
+    }
 }
