@@ -215,6 +215,7 @@ impl Catalog for RedbCatalog {
             &table_key(&ident)?,
             &metadata_location,
             table.metadata_ref(),
+            None,
         );
         Ok(table)
     }
@@ -229,7 +230,7 @@ impl Catalog for RedbCatalog {
             Some(metadata) => metadata,
             None => {
                 let metadata = Arc::new(TableMetadata::read_from(&self.file_io, &location).await?);
-                self.metadata.put(&key, &location, metadata.clone());
+                self.metadata.put(&key, &location, metadata.clone(), None);
                 metadata
             }
         };

@@ -12,22 +12,33 @@
 //! location — which is then a miss, never a wrong answer.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use iceberg::spec::TableMetadataRef;
+
+use super::metadata_json::Refs;
 
 /// Tables whose metadata is kept at most; beyond it an arbitrary entry is evicted (a
 /// later load of that table reads its file again).
 const MAX_TABLES: usize = 1024;
 
-/// Per table key: the metadata location and its parsed metadata.
+/// One table's entry: where its metadata is, the parsed metadata, and its refs when
+/// known (`metadata_json.rs`; not for metadata read from a file).
+#[derive(Debug)]
+struct Entry {
+    location: String,
+    metadata: TableMetadataRef,
+    refs: Option<Arc<Refs>>,
+}
+
+/// Per table key: the metadata location, its parsed metadata and refs.
 #[derive(Debug, Default)]
 pub(super) struct MetadataCache {
-    entries: Mutex<HashMap<String, (String, TableMetadataRef)>>,
+    entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl MetadataCache {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (String, TableMetadataRef)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
         self.entries
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -37,12 +48,28 @@ impl MetadataCache {
     pub(super) fn get(&self, key: &str, location: &str) -> Option<TableMetadataRef> {
         self.lock()
             .get(key)
-            .filter(|(cached, _)| cached == location)
-            .map(|(_, metadata)| metadata.clone())
+            .filter(|entry| entry.location == location)
+            .map(|entry| entry.metadata.clone())
     }
 
-    /// Remembers `metadata` as table `key`'s metadata at `location`.
-    pub(super) fn put(&self, key: &str, location: &str, metadata: TableMetadataRef) {
+    /// The refs of table `key`'s metadata at `location`, when the entry is at
+    /// `location` and they are known.
+    pub(super) fn refs(&self, key: &str, location: &str) -> Option<Arc<Refs>> {
+        self.lock()
+            .get(key)
+            .filter(|entry| entry.location == location)
+            .and_then(|entry| entry.refs.clone())
+    }
+
+    /// Remembers `metadata` (with its `refs` when known) as table `key`'s metadata at
+    /// `location`.
+    pub(super) fn put(
+        &self,
+        key: &str,
+        location: &str,
+        metadata: TableMetadataRef,
+        refs: Option<Arc<Refs>>,
+    ) {
         let mut entries = self.lock();
         if entries.len() >= MAX_TABLES
             && !entries.contains_key(key)
@@ -50,7 +77,12 @@ impl MetadataCache {
         {
             entries.remove(&evict);
         }
-        entries.insert(key.to_string(), (location.to_string(), metadata));
+        let entry = Entry {
+            location: location.to_string(),
+            metadata,
+            refs,
+        };
+        entries.insert(key.to_string(), entry);
     }
 
     /// Forgets table `key` (dropped or renamed).

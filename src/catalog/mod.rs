@@ -35,6 +35,7 @@ mod group_commit;
 pub mod manifest_cache;
 pub mod marks;
 mod metadata_cache;
+mod metadata_json;
 pub mod object_store;
 mod pins;
 mod purge;

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use iceberg::compression::CompressionCodec;
 use iceberg::spec::{TableMetadata, TableMetadataBuilder, TableMetadataRef};
 use iceberg::table::Table;
 use iceberg::{
@@ -15,6 +16,7 @@ use iceberg::{
 
 use super::blocking::run_blocking_io;
 use super::group_commit::{self, Flip};
+use super::metadata_json::{self, Refs};
 use super::store::{key_of, table_key};
 use super::{RedbCatalog, marks};
 
@@ -62,6 +64,8 @@ pub(super) struct PreparedCommit {
     /// The producer's high-water mark the commit advances ([`marks`]).
     mark: Option<marks::MarkAdvance>,
     table: Table,
+    /// The new metadata's refs, when known (`metadata_json.rs`).
+    refs: Option<Arc<Refs>>,
 }
 
 impl RedbCatalog {
@@ -171,14 +175,21 @@ impl RedbCatalog {
         let key = table_key(&ident)?;
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
-        let (file_io, first) = (self.file_io.clone(), planned.metadata_ref());
         let at = MetadataLocation::from_str(&first_location)?;
-        run_blocking_io(async move { first.write_to(&file_io, &at).await }).await?;
-        let (new_location, metadata) = if updates.is_empty() {
-            (first_location, planned.metadata_ref())
+        // A table the commit creates has no refs until its updates set one.
+        let first_refs = self
+            .write_metadata(planned.metadata_ref(), at, Some(Refs::new()))
+            .await?;
+        let (new_location, metadata, refs) = if updates.is_empty() {
+            (first_location, planned.metadata_ref(), first_refs)
         } else {
-            self.write_next_metadata(planned.metadata(), &first_location, updates)
-                .await?
+            self.write_next_metadata(
+                planned.metadata(),
+                &first_location,
+                first_refs.as_deref(),
+                updates,
+            )
+            .await?
         };
         let parts = ident.namespace().as_ref();
         let namespaces = (1..=parts.len())
@@ -192,11 +203,13 @@ impl RedbCatalog {
             namespaces,
             mark,
             table,
+            refs,
         })
     }
 
-    /// Applies `updates` to `base` (stored at `base_location`), writes the result as the
-    /// next metadata version, and returns its location and metadata.
+    /// Applies `updates` to `base` (stored at `base_location`, with `base_refs` when
+    /// known), writes the result as the next metadata version, and returns its location,
+    /// metadata and refs (when known, `metadata_json.rs`).
     ///
     /// # Errors
     /// iceberg's error for an update that does not apply, or the write's storage error.
@@ -204,21 +217,70 @@ impl RedbCatalog {
         &self,
         base: &TableMetadata,
         base_location: &str,
+        base_refs: Option<&Refs>,
         updates: Vec<TableUpdate>,
-    ) -> Result<(String, TableMetadataRef)> {
+    ) -> Result<(String, TableMetadataRef, Option<Arc<Refs>>)> {
         let mut builder = base.clone().into_builder(Some(base_location.to_string()));
-        for update in updates {
+        for update in updates.iter().cloned() {
             builder = update.apply(builder)?;
         }
         let metadata = builder.build()?.metadata;
         let location = MetadataLocation::from_str(base_location)?
             .with_next_version()
             .with_new_metadata(&metadata);
+        let refs = base_refs.and_then(|base| metadata_json::refs_after(base, &updates, &metadata));
         let metadata = Arc::new(metadata);
-        let (file_io, written) = (self.file_io.clone(), metadata.clone());
-        let at = location.clone();
-        run_blocking_io(async move { written.write_to(&file_io, &at).await }).await?;
-        Ok((location.to_string(), metadata))
+        let refs = self
+            .write_metadata(metadata.clone(), location.clone(), refs)
+            .await?;
+        Ok((location.to_string(), metadata, refs))
+    }
+
+    /// Writes `metadata` at `location` — as [`metadata_json::v2_bytes`] when its `refs`
+    /// are known, else as iceberg serializes it — and returns the refs of what was
+    /// written when known (not for a compressed metadata codec, which iceberg writes).
+    ///
+    /// # Errors
+    /// The write's storage error, or iceberg's error for properties that do not parse.
+    async fn write_metadata(
+        &self,
+        metadata: TableMetadataRef,
+        location: MetadataLocation,
+        refs: Option<Refs>,
+    ) -> Result<Option<Arc<Refs>>> {
+        let file_io = self.file_io.clone();
+        run_blocking_io(async move {
+            let fast = match &refs {
+                Some(refs) => metadata_json::v2_bytes(&metadata, refs)?,
+                None => None,
+            };
+            let (bytes, refs) = match (fast, refs) {
+                (Some(bytes), Some(refs)) => {
+                    // Debug builds check against iceberg's writer (up to 32 KiB: the
+                    // larger documents of long tests have the same shape).
+                    debug_assert!(
+                        bytes.len() > 32 << 10 || metadata_json::same_document(&bytes, &metadata),
+                        "metadata JSON differs from iceberg's"
+                    );
+                    (bytes, refs)
+                }
+                _ if metadata.metadata_compression_codec()? == CompressionCodec::None => {
+                    let bytes = serde_json::to_vec(metadata.as_ref())?;
+                    let refs = metadata_json::refs_of(&bytes)?;
+                    (bytes, refs)
+                }
+                _ => {
+                    metadata.write_to(&file_io, &location).await?;
+                    return Ok(None);
+                }
+            };
+            file_io
+                .new_output(location.to_string())?
+                .write(bytes.into())
+                .await?;
+            Ok(Some(Arc::new(refs)))
+        })
+        .await
     }
 
     /// Builds and writes the new metadata for one table; does not move its pointer.
@@ -235,8 +297,14 @@ impl RedbCatalog {
         let key = table_key(ident)?;
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
-        let (new_location, metadata) = self
-            .write_next_metadata(base.metadata(), &base_location, updates)
+        let base_refs = self.metadata.refs(&key, &base_location);
+        let (new_location, metadata, refs) = self
+            .write_next_metadata(
+                base.metadata(),
+                &base_location,
+                base_refs.as_deref(),
+                updates,
+            )
             .await?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
@@ -246,6 +314,7 @@ impl RedbCatalog {
             namespaces: Vec::new(),
             mark,
             table,
+            refs,
         })
     }
 
@@ -278,8 +347,12 @@ impl RedbCatalog {
             .collect();
         self.committer.submit(flips).await?;
         for p in &prepared {
-            self.metadata
-                .put(&p.key, &p.new_location, p.table.metadata_ref());
+            self.metadata.put(
+                &p.key,
+                &p.new_location,
+                p.table.metadata_ref(),
+                p.refs.clone(),
+            );
         }
         Ok(prepared.into_iter().map(|p| p.table).collect())
     }
