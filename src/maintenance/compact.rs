@@ -20,17 +20,19 @@
 //! compaction never loses or doubles a row, whatever appends run beside it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
+    DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile, ManifestStatus,
+    Snapshot,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
-use crate::catalog::manifest_cache::ManifestCache;
-use crate::write::merge::{entry_ids, manifest_writer};
+use crate::catalog::manifest_cache::{ManifestCache, remember_manifest};
+use crate::write::merge::{as_read, entry_ids, manifest_writer};
 use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
@@ -275,10 +277,23 @@ pub(crate) async fn commit_plan(
         out.len()
     );
     let mut added = manifest_writer(table, &added_path, snapshot_id)?;
+    let sequence_number = table.metadata().next_sequence_number();
+    let mut entries = Vec::with_capacity(rewrite.outputs.len());
     for output in &rewrite.outputs {
         added.add_file(output.clone(), -1)?;
+        // As a reader sees it: snapshot id and sequence numbers inherited.
+        entries.push(
+            ManifestEntry::builder()
+                .status(ManifestStatus::Added)
+                .snapshot_id(snapshot_id)
+                .sequence_number(sequence_number)
+                .file_sequence_number(sequence_number)
+                .data_file(output.clone())
+                .build(),
+        );
     }
     out.insert(0, added.write_manifest_file().await?);
+    remember_manifest(&added_path, Arc::new(as_read(table, entries)));
     let properties = summary(current, rewrite);
     let (requirements, updates) =
         replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
@@ -331,19 +346,38 @@ async fn without_inputs(
         );
         written += 1;
         let mut writer = manifest_writer(table, &path, snapshot_id)?;
+        let mut entries = Vec::with_capacity(loaded.entries().len());
         for entry in loaded.entries() {
             if entry.status() == ManifestStatus::Deleted {
                 continue;
             }
             let (added_by, sequence) = entry_ids(entry, manifest)?;
             let file = entry.data_file().clone();
-            if inputs.contains(entry.file_path()) {
-                writer.add_delete_file(file, sequence, entry.file_sequence_number)?;
+            // Written, and as a reader sees it: every id explicit, nothing inherited.
+            let (status, by) = if inputs.contains(entry.file_path()) {
+                writer.add_delete_file(file.clone(), sequence, entry.file_sequence_number)?;
+                (ManifestStatus::Deleted, snapshot_id)
             } else {
-                writer.add_existing_file(file, added_by, sequence, entry.file_sequence_number)?;
-            }
+                writer.add_existing_file(
+                    file.clone(),
+                    added_by,
+                    sequence,
+                    entry.file_sequence_number,
+                )?;
+                (ManifestStatus::Existing, added_by)
+            };
+            entries.push(
+                ManifestEntry::builder()
+                    .status(status)
+                    .snapshot_id(by)
+                    .sequence_number(sequence)
+                    .file_sequence_number_opt(entry.file_sequence_number)
+                    .data_file(file)
+                    .build(),
+            );
         }
         out.push(writer.write_manifest_file().await?);
+        remember_manifest(&path, Arc::new(as_read(table, entries)));
     }
     Ok((found == inputs.len()).then_some(out))
 }
