@@ -10,7 +10,9 @@
 //! run's 80,000 files were removed), so each baseline is measured twice — at the start,
 //! and again at the end in the same server (the floor after it stops; ten puts into a
 //! fresh table `bench.young`) — and the one that makes the ratio harsher is kept: the
-//! faster young put p50 and load + plan, the higher floor. Both are printed.
+//! faster young put p50 and load + plan, the higher floor. Both are printed. The end
+//! also alternates 400 puts between the old table and the fresh one and prints their
+//! p50 ratio: the cost of the table's age alone, at one moment of the machine.
 
 use std::path::Path;
 use std::process::Command;
@@ -170,11 +172,28 @@ pub(crate) async fn table_age() {
             window_started = Instant::now();
         }
     }
-    // The young baseline again, under the machine's state at the end.
-    let mut young = Vec::with_capacity(10);
-    for i in 0..10 {
+    // The young baseline again, under the machine's state at the end: puts alternate
+    // between the old table and a fresh one, so both see the same moment; the fresh
+    // table's first 10 are its age-10 figure.
+    let (mut young, mut old) = (Vec::with_capacity(400), Vec::with_capacity(400));
+    for i in 0..400 {
         let started = Instant::now();
-        put(&mut client, "young", schema(), vec![batch(i * 10, 10)]).await;
+        put(
+            &mut client,
+            "aging",
+            schema(),
+            vec![batch(((last + i) * 10) as i64, 10)],
+        )
+        .await;
+        old.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        put(
+            &mut client,
+            "young",
+            schema(),
+            vec![batch((i * 10) as i64, 10)],
+        )
+        .await;
         young.push(started.elapsed().as_secs_f64());
     }
     let young_load_plan = python
@@ -185,7 +204,13 @@ pub(crate) async fn table_age() {
     settle().await;
     let floor_end = floor_commits_per_s(floor_dir.path(), 500);
     let floor = floor_start.max(floor_end);
-    let young_p50_end = percentile(&young, 0.5);
+    let young_p50_end = percentile(&young[..10], 0.5);
+    println!(
+        "table_age: interleaved at the end, old table ({last}+ commits) / fresh table (its first 400 commits) put p50 = {:.2} ({:.2} vs {:.2} ms): what the table's age alone costs a put",
+        percentile(&old, 0.5) / percentile(&young, 0.5),
+        percentile(&old, 0.5) * 1e3,
+        percentile(&young, 0.5) * 1e3,
+    );
     println!(
         "table_age: baselines at the start / at the end: young put p50 {:.2} / {:.2} ms, young load + plan {} / {} ms, floor {floor_start:.0} / {floor_end:.0} commits/s (the harsher of each is used)",
         figures.first().map_or(f64::NAN, |f| f.put_p50 * 1e3),

@@ -46,7 +46,9 @@
 //!   defaults (table maintenance on) up to `SKADE_AGE_COMMITS` (20,000) commits; at ages
 //!   10 / 1,000 / 5,000 / the last: put p50, metadata JSON bytes, manifests, live data
 //!   files, pyiceberg's REST load + plan and RSS, with the targets; and
-//!   commits/s vs a floor of 4 file creates + `syncfs` + one redb commit.
+//!   commits/s vs a floor of 4 file creates + `syncfs` + one redb commit. The young
+//!   baselines and the floor are measured at the start and the end (the harsher kept),
+//!   and the end alternates puts between the old table and a fresh one.
 //! - `object_storage`: the warehouse on S3 (moto behind a relay adding
 //!   `SKADE_S3_DELAY_MS`, 20, per request) vs local: ingest rows/s S3/local, the
 //!   overlapped vs serial committer on S3, one-stream commit p50 vs the relay's requests
