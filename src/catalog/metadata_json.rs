@@ -15,8 +15,8 @@
 //! checked against the new metadata — every carried ref resolves to its snapshot and
 //! `main` agrees with the current snapshot — and anything not modelled (another update
 //! kind, a v1 or v3 table, a compressed metadata codec) falls back to iceberg's own
-//! serializer. Debug builds (every test) compare each document written here with
-//! iceberg's, as JSON values.
+//! serializer. Debug builds (every test) compare each document written here, up to
+//! 32 KiB, with iceberg's as JSON values ([`same_document`]).
 //!
 //! Field names and the fields omitted when empty are those of iceberg's
 //! `TableMetadataV2` (Iceberg table spec, "Table Metadata Fields"); snapshots are written
