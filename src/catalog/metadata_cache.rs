@@ -16,22 +16,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use iceberg::spec::TableMetadataRef;
 
-use super::metadata_json::Refs;
+use super::metadata_json::Written;
 
 /// Tables whose metadata is kept at most; beyond it an arbitrary entry is evicted (a
 /// later load of that table reads its file again).
 const MAX_TABLES: usize = 1024;
 
-/// One table's entry: where its metadata is, the parsed metadata, and its refs when
-/// known (`metadata_json.rs`; not for metadata read from a file).
+/// One table's entry: where its metadata is, the parsed metadata, and what was carried
+/// beside it when this process wrote it (`metadata_json.rs`; not for metadata read from a
+/// file).
 #[derive(Debug)]
 struct Entry {
     location: String,
     metadata: TableMetadataRef,
-    refs: Option<Arc<Refs>>,
+    written: Option<Arc<Written>>,
 }
 
-/// Per table key: the metadata location, its parsed metadata and refs.
+/// Per table key: the metadata location, its parsed metadata and what was carried.
 #[derive(Debug, Default)]
 pub(super) struct MetadataCache {
     entries: Mutex<HashMap<String, Entry>>,
@@ -52,23 +53,23 @@ impl MetadataCache {
             .map(|entry| entry.metadata.clone())
     }
 
-    /// The refs of table `key`'s metadata at `location`, when the entry is at
-    /// `location` and they are known.
-    pub(super) fn refs(&self, key: &str, location: &str) -> Option<Arc<Refs>> {
+    /// What was carried beside table `key`'s metadata at `location` (its refs, its
+    /// snapshots' JSON), when the entry is at `location` and this process wrote it.
+    pub(super) fn written(&self, key: &str, location: &str) -> Option<Arc<Written>> {
         self.lock()
             .get(key)
             .filter(|entry| entry.location == location)
-            .and_then(|entry| entry.refs.clone())
+            .and_then(|entry| entry.written.clone())
     }
 
-    /// Remembers `metadata` (with its `refs` when known) as table `key`'s metadata at
-    /// `location`.
+    /// Remembers `metadata` (with what was carried beside it, when written here) as table
+    /// `key`'s metadata at `location`.
     pub(super) fn put(
         &self,
         key: &str,
         location: &str,
         metadata: TableMetadataRef,
-        refs: Option<Arc<Refs>>,
+        written: Option<Arc<Written>>,
     ) {
         let mut entries = self.lock();
         if entries.len() >= MAX_TABLES
@@ -80,7 +81,7 @@ impl MetadataCache {
         let entry = Entry {
             location: location.to_string(),
             metadata,
-            refs,
+            written,
         };
         entries.insert(key.to_string(), entry);
     }

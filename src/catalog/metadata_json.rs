@@ -37,6 +37,24 @@ use serde::{Deserialize, Serialize};
 /// A table's refs by name: what its metadata JSON's `refs` object holds.
 pub(crate) type Refs = HashMap<String, SnapshotReference>;
 
+/// What is carried beside a metadata version this process wrote: its refs, and the JSON
+/// of each of its snapshots (a snapshot never changes, so the next version reuses it).
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    pub(crate) refs: Refs,
+    snapshots: HashMap<i64, Arc<str>>,
+}
+
+impl Written {
+    /// Refs alone, with no snapshot JSON to reuse (a version iceberg wrote).
+    pub(crate) fn of_refs(refs: Refs) -> Self {
+        Written {
+            refs,
+            snapshots: HashMap::new(),
+        }
+    }
+}
+
 /// The refs of the metadata built from a base with refs `base` by applying `updates`,
 /// or `None` when an update might change refs in a way not modelled here.
 pub(crate) fn refs_after(
@@ -87,14 +105,19 @@ fn consistent(refs: &Refs, metadata: &TableMetadata) -> bool {
     resolved && refs.get(MAIN_BRANCH).map(|r| r.snapshot_id) == metadata.current_snapshot_id()
 }
 
-/// The metadata JSON of `metadata` with `refs`, or `None` when this module does not
-/// write it (not format v2, or a metadata compression codec is set): the caller then
-/// uses iceberg's writer.
+/// The metadata JSON of `metadata` with `refs`, and what to carry beside it; `None`
+/// when this module does not write it (not format v2, or a metadata compression codec
+/// is set): the caller then uses iceberg's writer. The JSON of snapshots `previous` (the
+/// base version's carried state) already holds is reused, not serialized again.
 ///
 /// # Errors
 /// `DataInvalid` for table properties that do not parse (an unknown codec), or
 /// serde_json's error.
-pub(crate) fn v2_bytes(metadata: &TableMetadata, refs: &Refs) -> Result<Option<Vec<u8>>> {
+pub(crate) fn v2_bytes(
+    metadata: &TableMetadata,
+    refs: Refs,
+    previous: Option<&Written>,
+) -> Result<Option<(Vec<u8>, Written)>> {
     if metadata.format_version() != FormatVersion::V2
         || metadata.metadata_compression_codec()? != CompressionCodec::None
     {
@@ -102,6 +125,20 @@ pub(crate) fn v2_bytes(metadata: &TableMetadata, refs: &Refs) -> Result<Option<V
     }
     let mut snapshots: Vec<&Arc<Snapshot>> = metadata.snapshots().collect();
     snapshots.sort_by_key(|s| (s.sequence_number(), s.timestamp_ms(), s.snapshot_id()));
+    let mut written = Written {
+        refs,
+        snapshots: HashMap::with_capacity(snapshots.len()),
+    };
+    let mut ordered = Vec::with_capacity(snapshots.len());
+    for snapshot in snapshots {
+        let id = snapshot.snapshot_id();
+        let json = match previous.and_then(|p| p.snapshots.get(&id)) {
+            Some(json) => json.clone(),
+            None => Arc::from(serde_json::to_string(&SnapshotV2::of(snapshot))?),
+        };
+        ordered.push(json.clone());
+        written.snapshots.insert(id, json);
+    }
     let document = MetadataV2 {
         format_version: 2,
         table_uuid: metadata.uuid(),
@@ -126,18 +163,24 @@ pub(crate) fn v2_bytes(metadata: &TableMetadata, refs: &Refs) -> Result<Option<V
             s.order_id
         }),
         default_sort_order_id: metadata.default_sort_order_id(),
-        refs,
+        refs: &written.refs,
         statistics: sorted_by(metadata.statistics_iter(), |s| s.snapshot_id),
         partition_statistics: sorted_by(metadata.partition_statistics_iter(), |s| s.snapshot_id),
-        snapshots: Some(
-            snapshots
-                .into_iter()
-                .map(|s| SnapshotV2::of(s))
-                .collect::<Vec<_>>(),
-        )
-        .filter(|s| !s.is_empty()),
     };
-    Ok(Some(serde_json::to_vec(&document)?))
+    let mut bytes = serde_json::to_vec(&document)?;
+    // `snapshots` is the document's last member (as in iceberg's v2 form): spliced in
+    // from the snapshots' own JSON, omitted when there are none.
+    if !ordered.is_empty() && bytes.pop() == Some(b'}') {
+        bytes.extend_from_slice(br#","snapshots":["#);
+        for (i, json) in ordered.iter().enumerate() {
+            if i > 0 {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(json.as_bytes());
+        }
+        bytes.extend_from_slice(b"]}");
+    }
+    Ok(Some((bytes, written)))
 }
 
 /// The refs in a metadata JSON document (`{}` when it has none).
@@ -191,7 +234,8 @@ fn sorted_by<'a, T: 'a>(items: impl Iterator<Item = &'a T>, key: impl Fn(&T) -> 
     items
 }
 
-/// iceberg's `TableMetadataV2` over borrowed parts, fields in the same order.
+/// iceberg's `TableMetadataV2` over borrowed parts, fields in the same order, but for
+/// `snapshots` ([`v2_bytes`] appends it).
 #[derive(Serialize)]
 #[serde(rename_all = "kebab-case")]
 struct MetadataV2<'a> {
@@ -221,8 +265,7 @@ struct MetadataV2<'a> {
     statistics: Vec<&'a StatisticsFile>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     partition_statistics: Vec<&'a PartitionStatisticsFile>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    snapshots: Option<Vec<SnapshotV2<'a>>>,
+    // `snapshots` follows, spliced in by `v2_bytes`.
 }
 
 /// iceberg's `SnapshotV2` over a borrowed snapshot.
@@ -353,7 +396,11 @@ mod tests {
 
     /// Applies `updates` as the catalog does, and checks the refs carried and the
     /// document written against iceberg's own serializer.
-    fn step(base: &TableMetadata, refs: &Refs, updates: Vec<TableUpdate>) -> (TableMetadata, Refs) {
+    fn step(
+        base: &TableMetadata,
+        carried: &Written,
+        updates: Vec<TableUpdate>,
+    ) -> (TableMetadata, Written) {
         let mut builder = base
             .clone()
             .into_builder(Some("/w/t/metadata/0.json".to_string()));
@@ -361,10 +408,13 @@ mod tests {
             builder = update.apply(builder).expect("apply");
         }
         let built = builder.build().expect("build").metadata;
-        let carried = refs_after(refs, &updates, &built).expect("refs modelled");
+        let refs = refs_after(&carried.refs, &updates, &built).expect("refs modelled");
         let theirs = serde_json::to_vec(&built).expect("iceberg json");
-        assert_eq!(carried, refs_of(&theirs).expect("refs"), "carried refs");
-        let ours = v2_bytes(&built, &carried).expect("ours").expect("v2");
+        assert_eq!(refs, refs_of(&theirs).expect("refs"), "carried refs");
+        // The base's snapshot JSON is reused here, as a commit reuses it.
+        let (ours, written) = v2_bytes(&built, refs, Some(carried))
+            .expect("ours")
+            .expect("v2");
         assert!(
             same_document(&ours, &built),
             "{}",
@@ -372,7 +422,7 @@ mod tests {
         );
         let read: TableMetadata = serde_json::from_slice(&ours).expect("iceberg reads ours");
         assert_eq!(read, built, "iceberg reads back the same metadata");
-        (built, carried)
+        (built, written)
     }
 
     /// Catches: a metadata JSON field written differently from iceberg (names, omitted
@@ -380,9 +430,9 @@ mod tests {
     #[test]
     fn documents_equal_icebergs_through_a_tables_life() {
         let base = created();
-        let refs = Refs::new();
+        let refs = Written::default();
         assert!(same_document(
-            &v2_bytes(&base, &refs).unwrap().unwrap(),
+            &v2_bytes(&base, Refs::new(), None).unwrap().unwrap().0,
             &base
         ));
         let (m, refs) = step(
@@ -490,7 +540,7 @@ mod tests {
                 },
             ],
         );
-        assert_eq!(refs.keys().collect::<Vec<_>>(), vec![MAIN_BRANCH]);
+        assert_eq!(refs.refs.keys().collect::<Vec<_>>(), vec![MAIN_BRANCH]);
         let _ = step(
             &m,
             &refs,
@@ -528,7 +578,11 @@ mod tests {
     fn other_format_versions_and_codecs_are_left_to_iceberg() {
         for version in [FormatVersion::V1, FormatVersion::V3] {
             let other = created_as(version);
-            assert!(v2_bytes(&other, &Refs::new()).expect("parses").is_none());
+            assert!(
+                v2_bytes(&other, Refs::new(), None)
+                    .expect("parses")
+                    .is_none()
+            );
         }
         let gz = created()
             .into_builder(None)
@@ -540,6 +594,6 @@ mod tests {
             .build()
             .expect("build")
             .metadata;
-        assert!(v2_bytes(&gz, &Refs::new()).expect("parses").is_none());
+        assert!(v2_bytes(&gz, Refs::new(), None).expect("parses").is_none());
     }
 }

@@ -16,7 +16,7 @@ use iceberg::{
 
 use super::blocking::run_blocking_io;
 use super::group_commit::{self, Flip};
-use super::metadata_json::{self, Refs};
+use super::metadata_json::{self, Refs, Written};
 use super::store::{key_of, table_key};
 use super::{RedbCatalog, marks};
 
@@ -64,8 +64,9 @@ pub(super) struct PreparedCommit {
     /// The producer's high-water mark the commit advances ([`marks`]).
     mark: Option<marks::MarkAdvance>,
     table: Table,
-    /// The new metadata's refs, when known (`metadata_json.rs`).
-    refs: Option<Arc<Refs>>,
+    /// What is carried beside the new metadata (its refs, its snapshots' JSON), when
+    /// known (`metadata_json.rs`).
+    written: Option<Arc<Written>>,
 }
 
 impl RedbCatalog {
@@ -177,19 +178,14 @@ impl RedbCatalog {
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
         // A table the commit creates has no refs until its updates set one.
-        let first_refs = self
-            .write_metadata(planned.metadata_ref(), at, Some(Refs::new()))
+        let first = self
+            .write_metadata(planned.metadata_ref(), at, Some(Refs::new()), None)
             .await?;
-        let (new_location, metadata, refs) = if updates.is_empty() {
-            (first_location, planned.metadata_ref(), first_refs)
+        let (new_location, metadata, written) = if updates.is_empty() {
+            (first_location, planned.metadata_ref(), first)
         } else {
-            self.write_next_metadata(
-                planned.metadata(),
-                &first_location,
-                first_refs.as_deref(),
-                updates,
-            )
-            .await?
+            self.write_next_metadata(planned.metadata(), &first_location, first, updates)
+                .await?
         };
         let parts = ident.namespace().as_ref();
         let namespaces = (1..=parts.len())
@@ -203,13 +199,13 @@ impl RedbCatalog {
             namespaces,
             mark,
             table,
-            refs,
+            written,
         })
     }
 
-    /// Applies `updates` to `base` (stored at `base_location`, with `base_refs` when
-    /// known), writes the result as the next metadata version, and returns its location,
-    /// metadata and refs (when known, `metadata_json.rs`).
+    /// Applies `updates` to `base` (stored at `base_location`, with what was carried
+    /// beside it when this process wrote it), writes the result as the next metadata
+    /// version, and returns its location, metadata and what to carry beside it.
     ///
     /// # Errors
     /// iceberg's error for an update that does not apply, or the write's storage error.
@@ -217,9 +213,9 @@ impl RedbCatalog {
         &self,
         base: &TableMetadata,
         base_location: &str,
-        base_refs: Option<&Refs>,
+        base_written: Option<Arc<Written>>,
         updates: Vec<TableUpdate>,
-    ) -> Result<(String, TableMetadataRef, Option<Arc<Refs>>)> {
+    ) -> Result<(String, TableMetadataRef, Option<Arc<Written>>)> {
         let mut builder = base.clone().into_builder(Some(base_location.to_string()));
         for update in updates.iter().cloned() {
             builder = update.apply(builder)?;
@@ -228,17 +224,20 @@ impl RedbCatalog {
         let location = MetadataLocation::from_str(base_location)?
             .with_next_version()
             .with_new_metadata(&metadata);
-        let refs = base_refs.and_then(|base| metadata_json::refs_after(base, &updates, &metadata));
+        let refs = base_written
+            .as_deref()
+            .and_then(|base| metadata_json::refs_after(&base.refs, &updates, &metadata));
         let metadata = Arc::new(metadata);
-        let refs = self
-            .write_metadata(metadata.clone(), location.clone(), refs)
+        let written = self
+            .write_metadata(metadata.clone(), location.clone(), refs, base_written)
             .await?;
-        Ok((location.to_string(), metadata, refs))
+        Ok((location.to_string(), metadata, written))
     }
 
     /// Writes `metadata` at `location` — as [`metadata_json::v2_bytes`] when its `refs`
-    /// are known, else as iceberg serializes it — and returns the refs of what was
-    /// written when known (not for a compressed metadata codec, which iceberg writes).
+    /// are known (reusing the snapshot JSON `previous` carries), else as iceberg
+    /// serializes it — and returns what to carry beside it (`None` for a compressed
+    /// metadata codec, which iceberg writes).
     ///
     /// # Errors
     /// The write's storage error, or iceberg's error for properties that do not parse.
@@ -247,29 +246,30 @@ impl RedbCatalog {
         metadata: TableMetadataRef,
         location: MetadataLocation,
         refs: Option<Refs>,
-    ) -> Result<Option<Arc<Refs>>> {
+        previous: Option<Arc<Written>>,
+    ) -> Result<Option<Arc<Written>>> {
         let file_io = self.file_io.clone();
         run_blocking_io(async move {
-            let fast = match &refs {
-                Some(refs) => metadata_json::v2_bytes(&metadata, refs)?,
+            let fast = match refs {
+                Some(refs) => metadata_json::v2_bytes(&metadata, refs, previous.as_deref())?,
                 None => None,
             };
-            let (bytes, refs) = match (fast, refs) {
-                (Some(bytes), Some(refs)) => {
+            let (bytes, written) = match fast {
+                Some((bytes, written)) => {
                     // Debug builds check against iceberg's writer (up to 32 KiB: the
                     // larger documents of long tests have the same shape).
                     debug_assert!(
                         bytes.len() > 32 << 10 || metadata_json::same_document(&bytes, &metadata),
                         "metadata JSON differs from iceberg's"
                     );
-                    (bytes, refs)
+                    (bytes, written)
                 }
-                _ if metadata.metadata_compression_codec()? == CompressionCodec::None => {
+                None if metadata.metadata_compression_codec()? == CompressionCodec::None => {
                     let bytes = serde_json::to_vec(metadata.as_ref())?;
-                    let refs = metadata_json::refs_of(&bytes)?;
-                    (bytes, refs)
+                    let written = Written::of_refs(metadata_json::refs_of(&bytes)?);
+                    (bytes, written)
                 }
-                _ => {
+                None => {
                     metadata.write_to(&file_io, &location).await?;
                     return Ok(None);
                 }
@@ -278,7 +278,7 @@ impl RedbCatalog {
                 .new_output(location.to_string())?
                 .write(bytes.into())
                 .await?;
-            Ok(Some(Arc::new(refs)))
+            Ok(Some(Arc::new(written)))
         })
         .await
     }
@@ -297,14 +297,9 @@ impl RedbCatalog {
         let key = table_key(ident)?;
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
-        let base_refs = self.metadata.refs(&key, &base_location);
-        let (new_location, metadata, refs) = self
-            .write_next_metadata(
-                base.metadata(),
-                &base_location,
-                base_refs.as_deref(),
-                updates,
-            )
+        let base_written = self.metadata.written(&key, &base_location);
+        let (new_location, metadata, written) = self
+            .write_next_metadata(base.metadata(), &base_location, base_written, updates)
             .await?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
@@ -314,7 +309,7 @@ impl RedbCatalog {
             namespaces: Vec::new(),
             mark,
             table,
-            refs,
+            written,
         })
     }
 
@@ -351,7 +346,7 @@ impl RedbCatalog {
                 &p.key,
                 &p.new_location,
                 p.table.metadata_ref(),
-                p.refs.clone(),
+                p.written.clone(),
             );
         }
         Ok(prepared.into_iter().map(|p| p.table).collect())
