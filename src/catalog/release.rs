@@ -177,9 +177,10 @@ impl RedbCatalog {
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
-        // A table the commit creates has no refs until its updates set one.
+        // A table the commit creates has no refs until its updates set one (checked).
+        let refs = metadata_json::refs_after(&Refs::new(), &[], planned.metadata());
         let first = self
-            .write_metadata(planned.metadata_ref(), at, Some(Refs::new()), None)
+            .write_metadata(planned.metadata_ref(), at, refs, None)
             .await?;
         let (new_location, metadata, written) = if updates.is_empty() {
             (first_location, planned.metadata_ref(), first)
