@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use iceberg::compression::CompressionCodec;
-use iceberg::spec::{TableMetadata, TableMetadataBuilder, TableMetadataRef};
+use iceberg::spec::{FormatVersion, TableMetadata, TableMetadataBuilder, TableMetadataRef};
 use iceberg::table::Table;
 use iceberg::{
     Catalog, Error, ErrorKind, MetadataLocation, Result, TableCreation, TableIdent,
@@ -177,8 +177,11 @@ impl RedbCatalog {
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
-        // A table the commit creates has no refs until its updates set one (checked).
-        let refs = metadata_json::refs_after(&Refs::new(), &[], planned.metadata());
+        // A planned table without snapshots has no refs (iceberg refuses a ref to a
+        // missing snapshot); any other is left to iceberg's writer.
+        let refs = (planned.metadata().snapshots().len() == 0)
+            .then(|| metadata_json::refs_after(&Refs::new(), &[], planned.metadata()))
+            .flatten();
         let first = self
             .write_metadata(planned.metadata_ref(), at, refs, None)
             .await?;
@@ -237,8 +240,8 @@ impl RedbCatalog {
 
     /// Writes `metadata` at `location` — as [`metadata_json::v2_bytes`] when its `refs`
     /// are known (reusing the snapshot JSON `previous` carries), else as iceberg
-    /// serializes it — and returns what to carry beside it (`None` for a compressed
-    /// metadata codec, which iceberg writes).
+    /// serializes it — and returns what to carry beside it (`None` for a table not in
+    /// format v2, or a compressed metadata codec, which iceberg writes).
     ///
     /// # Errors
     /// The write's storage error, or iceberg's error for properties that do not parse.
@@ -263,11 +266,18 @@ impl RedbCatalog {
                         bytes.len() > 32 << 10 || metadata_json::same_document(&bytes, &metadata),
                         "metadata JSON differs from iceberg's"
                     );
-                    (bytes, written)
+                    (bytes, Some(written))
                 }
+                // Carried for v2 only: the only form `v2_bytes` writes (a v1 document
+                // has no `refs` member to take them from).
                 None if metadata.metadata_compression_codec()? == CompressionCodec::None => {
                     let bytes = serde_json::to_vec(metadata.as_ref())?;
-                    let written = Written::of_refs(metadata_json::refs_of(&bytes)?);
+                    let written = match metadata.format_version() {
+                        FormatVersion::V2 => {
+                            Some(Written::of_refs(metadata_json::refs_of(&bytes)?))
+                        }
+                        _ => None,
+                    };
                     (bytes, written)
                 }
                 None => {
@@ -279,7 +289,7 @@ impl RedbCatalog {
                 .new_output(location.to_string())?
                 .write(bytes.into())
                 .await?;
-            Ok(Some(Arc::new(written)))
+            Ok(written.map(Arc::new))
         })
         .await
     }
