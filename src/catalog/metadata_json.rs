@@ -439,7 +439,8 @@ mod tests {
     }
 
     /// Catches: a metadata JSON field written differently from iceberg (names, omitted
-    /// empties, refs with retention, statistics, several schemas/specs/sort orders).
+    /// empties, refs with retention, statistics, several schemas/specs/sort orders), and
+    /// a retained snapshot's JSON serialized again instead of reused.
     #[test]
     fn documents_equal_icebergs_through_a_tables_life() {
         let base = created();
@@ -461,6 +462,7 @@ mod tests {
                 },
             ],
         );
+        let first_json = refs.snapshots[&11].1.clone();
         let (m, refs) = step(
             &m,
             &refs,
@@ -500,6 +502,8 @@ mod tests {
                 },
             ],
         );
+        // Snapshot 11's JSON was reused, not serialized again.
+        assert!(Arc::ptr_eq(&first_json, &refs.snapshots[&11].1));
         let spec = UnboundPartitionSpec::builder()
             .add_partition_field(1, "id_bucket", Transform::Bucket(8))
             .expect("field")
