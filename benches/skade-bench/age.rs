@@ -46,6 +46,14 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// Puts the `i`-th 10-row batch (ids `10 i ..`) into `bench.<table>`; returns the put's
+/// seconds.
+async fn timed_put(client: &mut FlightClient, table: &str, i: usize) -> f64 {
+    let started = Instant::now();
+    put(client, table, schema(), vec![batch((i * 10) as i64, 10)]).await;
+    started.elapsed().as_secs_f64()
+}
+
 /// The floor: `n` rounds of 4 small file creates + one `syncfs` + one redb commit.
 fn floor_commits_per_s(dir: &Path, n: usize) -> f64 {
     let db = redb::Database::create(dir.join("floor.redb")).expect("redb");
@@ -116,15 +124,7 @@ pub(crate) async fn table_age() {
     let mut window_started = Instant::now();
     let mut rates = Vec::new();
     for i in 0..last {
-        let started = Instant::now();
-        put(
-            &mut client,
-            "aging",
-            schema(),
-            vec![batch((i * 10) as i64, 10)],
-        )
-        .await;
-        lat.push(started.elapsed().as_secs_f64());
+        lat.push(timed_put(&mut client, "aging", i).await);
         let age = i + 1;
         if age % 1_000 == 0 {
             rates.push(1_000.0 / window_started.elapsed().as_secs_f64());
@@ -178,24 +178,8 @@ pub(crate) async fn table_age() {
     // table's first 10 are its age-10 figure.
     let (mut young, mut old) = (Vec::with_capacity(400), Vec::with_capacity(400));
     for i in 0..400 {
-        let started = Instant::now();
-        put(
-            &mut client,
-            "aging",
-            schema(),
-            vec![batch(((last + i) * 10) as i64, 10)],
-        )
-        .await;
-        old.push(started.elapsed().as_secs_f64());
-        let started = Instant::now();
-        put(
-            &mut client,
-            "young",
-            schema(),
-            vec![batch((i * 10) as i64, 10)],
-        )
-        .await;
-        young.push(started.elapsed().as_secs_f64());
+        old.push(timed_put(&mut client, "aging", last + i).await);
+        young.push(timed_put(&mut client, "young", i).await);
     }
     let young_load_plan = python
         .as_ref()

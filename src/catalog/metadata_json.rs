@@ -59,12 +59,20 @@ impl Written {
 }
 
 /// The refs of the metadata built from a base with refs `base` by applying `updates`,
-/// or `None` when an update might change refs in a way not modelled here.
+/// or `None` when an update might change refs in a way not modelled here:
+/// [`advance_refs`], then [`consistent`] with `built`.
 pub(crate) fn refs_after(
     base: &Refs,
     updates: &[TableUpdate],
     built: &TableMetadata,
 ) -> Option<Refs> {
+    advance_refs(base, updates).filter(|refs| consistent(refs, built))
+}
+
+/// `base` advanced by `updates` as iceberg's builder applies them, before the result is
+/// built (so the updates can then be consumed by the builder); `None` for an update
+/// kind not modelled. Check the result against the built metadata with [`consistent`].
+pub(crate) fn advance_refs(base: &Refs, updates: &[TableUpdate]) -> Option<Refs> {
     let mut refs = base.clone();
     for update in updates {
         match update {
@@ -96,16 +104,16 @@ pub(crate) fn refs_after(
             _ => return None,
         }
     }
-    consistent(&refs, built).then_some(refs)
+    Some(refs)
 }
 
 /// Whether `refs` can be `metadata`'s: each resolves to its snapshot, and `main` names
 /// the current snapshot (or is absent exactly when there is none). A ref the metadata
 /// has beyond `refs` cannot be seen here (iceberg does not expose them): that none
-/// exists rests on [`refs_after`] modelling every update that changes refs in iceberg
+/// exists rests on [`advance_refs`] modelling every update that changes refs in iceberg
 /// 0.10.1's builder (`set_ref`, `remove_ref`, `remove_snapshots`, and `build`'s
 /// `construct_refs`, which this check catches).
-fn consistent(refs: &Refs, metadata: &TableMetadata) -> bool {
+pub(crate) fn consistent(refs: &Refs, metadata: &TableMetadata) -> bool {
     let resolved = refs.iter().all(|(name, r)| {
         metadata
             .snapshot_for_ref(name)
@@ -407,6 +415,15 @@ mod tests {
             .metadata
     }
 
+    /// Asserts that `ours` is the document iceberg writes for `built`.
+    fn assert_icebergs(ours: &[u8], built: &TableMetadata) {
+        assert!(
+            same_document(ours, built),
+            "{}",
+            String::from_utf8_lossy(ours)
+        );
+    }
+
     /// Applies `updates` as the catalog does, and checks the refs carried and the
     /// document written against iceberg's own serializer.
     fn step(
@@ -428,11 +445,7 @@ mod tests {
         let (ours, written) = v2_bytes(&built, refs, Some(carried))
             .expect("ours")
             .expect("v2");
-        assert!(
-            same_document(&ours, &built),
-            "{}",
-            String::from_utf8_lossy(&ours)
-        );
+        assert_icebergs(&ours, &built);
         let read: TableMetadata = serde_json::from_slice(&ours).expect("iceberg reads ours");
         assert_eq!(read, built, "iceberg reads back the same metadata");
         (built, written)
@@ -614,11 +627,7 @@ mod tests {
         let (ours, _) = v2_bytes(&built, theirs, Some(&carried))
             .expect("ours")
             .expect("v2");
-        assert!(
-            same_document(&ours, &built),
-            "{}",
-            String::from_utf8_lossy(&ours)
-        );
+        assert_icebergs(&ours, &built);
     }
 
     /// Catches: carrying refs through an update whose effect on refs is not modelled.

@@ -220,17 +220,18 @@ impl RedbCatalog {
         base_written: Option<Arc<Written>>,
         updates: Vec<TableUpdate>,
     ) -> Result<(String, TableMetadataRef, Option<Arc<Written>>)> {
+        let advanced = base_written
+            .as_deref()
+            .and_then(|base| metadata_json::advance_refs(&base.refs, &updates));
         let mut builder = base.clone().into_builder(Some(base_location.to_string()));
-        for update in updates.iter().cloned() {
+        for update in updates {
             builder = update.apply(builder)?;
         }
         let metadata = builder.build()?.metadata;
         let location = MetadataLocation::from_str(base_location)?
             .with_next_version()
             .with_new_metadata(&metadata);
-        let refs = base_written
-            .as_deref()
-            .and_then(|base| metadata_json::refs_after(&base.refs, &updates, &metadata));
+        let refs = advanced.filter(|refs| metadata_json::consistent(refs, &metadata));
         let metadata = Arc::new(metadata);
         let written = self
             .write_metadata(metadata.clone(), location.clone(), refs, base_written)

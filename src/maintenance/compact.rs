@@ -24,15 +24,15 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile, ManifestStatus,
-    Snapshot,
+    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use crate::catalog::manifest_cache::{ManifestCache, remember_manifest};
-use crate::write::merge::{as_read, entry_ids, manifest_writer};
+use crate::write::append::write_added;
+use crate::write::merge::{as_read, entry_as_read, entry_ids, manifest_writer};
 use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
@@ -276,24 +276,16 @@ pub(crate) async fn commit_plan(
         table.metadata().location(),
         out.len()
     );
-    let mut added = manifest_writer(table, &added_path, snapshot_id)?;
     let sequence_number = table.metadata().next_sequence_number();
-    let mut entries = Vec::with_capacity(rewrite.outputs.len());
-    for output in &rewrite.outputs {
-        added.add_file(output.clone(), -1)?;
-        // As a reader sees it: snapshot id and sequence numbers inherited.
-        entries.push(
-            ManifestEntry::builder()
-                .status(ManifestStatus::Added)
-                .snapshot_id(snapshot_id)
-                .sequence_number(sequence_number)
-                .file_sequence_number(sequence_number)
-                .data_file(output.clone())
-                .build(),
-        );
-    }
-    out.insert(0, added.write_manifest_file().await?);
-    remember_manifest(&added_path, Arc::new(as_read(table, entries)));
+    let added = write_added(
+        table,
+        &added_path,
+        snapshot_id,
+        sequence_number,
+        rewrite.outputs.clone(),
+    )
+    .await?;
+    out.insert(0, added);
     let properties = summary(current, rewrite);
     let (requirements, updates) =
         replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
@@ -366,15 +358,13 @@ async fn without_inputs(
                 )?;
                 (ManifestStatus::Existing, added_by)
             };
-            entries.push(
-                ManifestEntry::builder()
-                    .status(status)
-                    .snapshot_id(by)
-                    .sequence_number(sequence)
-                    .file_sequence_number_opt(entry.file_sequence_number)
-                    .data_file(file)
-                    .build(),
-            );
+            entries.push(entry_as_read(
+                status,
+                by,
+                sequence,
+                entry.file_sequence_number,
+                file,
+            ));
         }
         out.push(writer.write_manifest_file().await?);
         remember_manifest(&path, Arc::new(as_read(table, entries)));

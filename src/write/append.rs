@@ -25,15 +25,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use iceberg::spec::{
-    DataFile, FormatVersion, MAIN_BRANCH, ManifestEntry, ManifestFile, ManifestListWriter,
-    ManifestStatus, Operation, Snapshot, SnapshotReference, SnapshotRetention,
-    SnapshotSummaryCollector, Summary, TableProperties, UNASSIGNED_SEQUENCE_NUMBER,
+    DataFile, FormatVersion, MAIN_BRANCH, ManifestFile, ManifestListWriter, ManifestStatus,
+    Operation, Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
+    TableProperties, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Result, TableRequirement, TableUpdate};
 
 use super::merge::{
-    as_listed, as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
+    as_listed, as_read, entry_as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
 };
 use super::stage::stage_fast_append_with;
 use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
@@ -61,7 +61,8 @@ pub async fn stage_append(
     let parent = metadata.current_snapshot();
     let summary = summary(table, &data_files, properties);
 
-    let added = write_added(table, snapshot_id, sequence_number, commit_uuid, data_files).await?;
+    let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
+    let added = write_added(table, &path, snapshot_id, sequence_number, data_files).await?;
     // Java puts the new manifest first.
     let mut manifests: Vec<ManifestFile> = vec![added];
     if let Some(parent) = parent {
@@ -78,40 +79,35 @@ pub async fn stage_append(
 }
 
 /// Writes the manifest of `data_files`, added by snapshot `snapshot_id` (sequence number
-/// `sequence_number`) at `<commit_uuid>-m0.avro` (iceberg's name), and remembers it as a
-/// reader sees it; returns it as the manifest list lists it.
+/// `sequence_number`) at `path`, and remembers it as a reader sees it; returns it as the
+/// manifest list lists it. Shared by the append (`<commit_uuid>-m0.avro`, iceberg's
+/// name) and compaction's outputs.
 ///
 /// # Errors
 /// iceberg's error when the manifest cannot be written.
-async fn write_added(
+pub(crate) async fn write_added(
     table: &Table,
+    path: &str,
     snapshot_id: i64,
     sequence_number: i64,
-    commit_uuid: uuid::Uuid,
     data_files: Vec<DataFile>,
 ) -> Result<ManifestFile> {
-    let path = format!(
-        "{}/metadata/{commit_uuid}-m0.avro",
-        table.metadata().location()
-    );
-    let mut writer = manifest_writer(table, &path, snapshot_id)?;
+    let mut writer = manifest_writer(table, path, snapshot_id)?;
     let mut entries = Vec::with_capacity(data_files.len());
     for data_file in data_files {
         // Sequence numbers left to inheritance (a negative number is "unassigned").
         writer.add_file(data_file.clone(), UNASSIGNED_SEQUENCE_NUMBER)?;
         // As a reader sees it: snapshot id and sequence numbers inherited.
-        entries.push(
-            ManifestEntry::builder()
-                .status(ManifestStatus::Added)
-                .snapshot_id(snapshot_id)
-                .sequence_number(sequence_number)
-                .file_sequence_number(sequence_number)
-                .data_file(data_file)
-                .build(),
-        );
+        entries.push(entry_as_read(
+            ManifestStatus::Added,
+            snapshot_id,
+            sequence_number,
+            Some(sequence_number),
+            data_file,
+        ));
     }
     let mut added = writer.write_manifest_file().await?;
-    remember_manifest(&path, Arc::new(as_read(table, entries)));
+    remember_manifest(path, Arc::new(as_read(table, entries)));
     // As the manifest list writer assigns them (table spec, "Sequence Number Inheritance").
     added.sequence_number = sequence_number;
     added.min_sequence_number = sequence_number;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
-    Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestMetadata, ManifestStatus,
-    ManifestWriter, ManifestWriterBuilder, UNASSIGNED_SEQUENCE_NUMBER,
+    DataFile, Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestMetadata,
+    ManifestStatus, ManifestWriter, ManifestWriterBuilder, UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -220,21 +220,38 @@ async fn write_merged(
                 sequence,
                 entry.file_sequence_number,
             )?;
-            entries.push(
-                ManifestEntry::builder()
-                    .status(ManifestStatus::Existing)
-                    .snapshot_id(added_by)
-                    .sequence_number(sequence)
-                    .file_sequence_number_opt(entry.file_sequence_number)
-                    .data_file(entry.data_file().clone())
-                    .build(),
-            );
+            entries.push(entry_as_read(
+                ManifestStatus::Existing,
+                added_by,
+                sequence,
+                entry.file_sequence_number,
+                entry.data_file().clone(),
+            ));
         }
     }
     let written = writer.write_manifest_file().await?;
     let live = entries.len();
     remember_manifest(path, Arc::new(as_read(table, entries)));
     Ok((written, live))
+}
+
+/// A manifest entry as a reader of the written file sees it: every id explicit (what
+/// the writer leaves to inheritance, the reader fills from the manifest list's values,
+/// table spec "Sequence Number Inheritance"), for [`as_read`].
+pub(crate) fn entry_as_read(
+    status: ManifestStatus,
+    snapshot_id: i64,
+    sequence_number: i64,
+    file_sequence_number: Option<i64>,
+    data_file: DataFile,
+) -> ManifestEntry {
+    ManifestEntry::builder()
+        .status(status)
+        .snapshot_id(snapshot_id)
+        .sequence_number(sequence_number)
+        .file_sequence_number_opt(file_sequence_number)
+        .data_file(data_file)
+        .build()
 }
 
 /// The data manifest of `entries` written for `table` (by [`manifest_writer`]), as a
