@@ -30,10 +30,11 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
+use super::project::project;
 use crate::catalog::manifest_cache::{ManifestCache, remember_manifest};
 use crate::write::append::write_added;
 use crate::write::merge::{as_read, entry_as_read, entry_ids, manifest_writer};
-use crate::write::{conform_batch, encode, table_arrow_schema, write_file};
+use crate::write::{encode, table_arrow_schema, write_file};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
 /// `min-input-files` default).
@@ -176,17 +177,19 @@ fn choose_runs(live: Vec<DataFile>, target_file_bytes: u64) -> Vec<Vec<DataFile>
 }
 
 /// Reads every row of `run` (through the table's storage: a local file or an object),
-/// conforms it to `target` and writes it as one new data file; `None` for a run with no
-/// rows.
+/// resolves it against the table's current schema by field id as a reader does
+/// ([`project`]: renamed fields keep their values, dropped ones are gone, missing ones
+/// read their `initial-default`) and writes it as one new data file in `target`, that
+/// schema's Arrow form; `None` for a run with no rows.
 ///
 /// # Errors
-/// A data file that cannot be read, conformed, encoded or written.
+/// A data file that cannot be read, projected, encoded or written.
 async fn rewrite_run(
     table: &Table,
     target: &arrow_schema::SchemaRef,
     run: &[DataFile],
 ) -> Result<Option<DataFile>> {
-    let name = table.identifier().to_string();
+    let schema = table.metadata().current_schema();
     let mut batches = Vec::new();
     for file in run {
         let path = file.file_path();
@@ -198,7 +201,13 @@ async fn rewrite_run(
             })?
             .map_err(|e| e.with_context("file", path))?;
         for batch in &read {
-            batches.push(conform_batch(&name, batch, target).map_err(to_iceberg)?);
+            let projected = project(batch, schema, target).map_err(|e| {
+                Error::new(
+                    ErrorKind::DataInvalid,
+                    format!("data file {path}: column {:?}: {}", e.path, e.reason),
+                )
+            })?;
+            batches.push(projected);
         }
     }
     let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;

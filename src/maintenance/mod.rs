@@ -29,6 +29,7 @@ pub mod cleanup;
 pub mod compact;
 pub mod expire;
 pub mod merge;
+mod project;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

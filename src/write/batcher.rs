@@ -224,7 +224,7 @@ impl Batcher {
         sequence: Option<u64>,
         sink: &mut impl FileSink,
     ) -> Result<u64, WriteError> {
-        let batch = conform_batch_with(&self.table_name, batch, &self.arrow, self.conform)?;
+        let batch = conform_batch_with(&self.table_name, batch, &self.arrow, &self.conform)?;
         let rows = batch.num_rows() as u64;
         if rows == 0 {
             self.take_sequence(sequence);

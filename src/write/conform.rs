@@ -8,6 +8,9 @@
 //! when no value has a sub-microsecond part, unless the table opts in to truncation with
 //! [`TRUNCATE_NANOS`]), any time zone into a `timestamptz` column (Arrow stores UTC
 //! instants, so only the zone label changes). Anything else is refused naming the path.
+//! A field the batch leaves out takes its `write-default` (spec, "Default values"; the
+//! table's schema in [`ConformOptions::defaults`]), or null; a required one without a
+//! default is refused.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,6 +31,7 @@ use arrow_cast::{CastOptions, cast_with_options};
 use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
 use iceberg::spec::{PrimitiveType, Type};
 
+use super::defaults::{FieldDefault, default_column};
 use super::types::{ColumnError, child_path, storage_type};
 
 /// Table property: `true` lets nanosecond timestamps and times with a sub-microsecond
@@ -36,21 +40,26 @@ pub const TRUNCATE_NANOS: &str = "skade.ingest.truncate-nanoseconds";
 
 const MILLIS_PER_DAY: i64 = 86_400_000;
 
-/// How values are conformed, from the table's properties.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How values are conformed, from the table's properties and schema.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConformOptions {
     /// Round sub-microsecond values down instead of refusing them ([`TRUNCATE_NANOS`]).
     pub truncate_nanos: bool,
+    /// The table's schema, whose fields' `write-default`s fill the columns a batch leaves
+    /// out (spec, "Default values": "The write default for a field must be written if a
+    /// field is not supplied to a write"); `None`: no defaults, a left-out column is null.
+    pub defaults: Option<iceberg::spec::SchemaRef>,
 }
 
 impl ConformOptions {
-    /// The options `table`'s properties ask for.
+    /// The options `table`'s properties ask for, with its current schema's defaults.
     pub fn for_table(table: &iceberg::table::Table) -> Self {
         let props = table.metadata().properties();
         Self {
             truncate_nanos: props
                 .get(TRUNCATE_NANOS)
                 .is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            defaults: Some(table.metadata().current_schema().clone()),
         }
     }
 }
@@ -64,7 +73,7 @@ impl ConformOptions {
 pub fn conform_columns(
     batch: &RecordBatch,
     target: &SchemaRef,
-    options: ConformOptions,
+    options: &ConformOptions,
 ) -> Result<RecordBatch, ColumnError> {
     let conform = Conform { options };
     let incoming = batch.schema();
@@ -81,8 +90,8 @@ pub fn conform_columns(
         .map_err(|e| ColumnError::new("*", format!("batch does not fit the table schema: {e}")))
 }
 
-struct Conform {
-    options: ConformOptions,
+struct Conform<'a> {
+    options: &'a ConformOptions,
 }
 
 /// arrow-cast options under which an overflow or a lossy value is an error, never null.
@@ -93,7 +102,7 @@ fn exact() -> CastOptions<'static> {
     }
 }
 
-impl Conform {
+impl Conform<'_> {
     /// Matches `fields`/`columns` to `target` by name; `parent_nulls` masks the rows where
     /// the enclosing struct is null (a required child may be null there).
     fn children(
@@ -129,16 +138,49 @@ impl Conform {
             let path = child_path(parent, want.name());
             let column = match fields.find(want.name()) {
                 Some((i, _)) => self.array(&path, &columns[i], want.data_type())?,
-                None if want.is_nullable() => new_null_array(want.data_type(), len),
-                None if parent.is_empty() => {
-                    return Err(ColumnError::new(&path, "required column is missing"));
-                }
-                None => return Err(ColumnError::new(&path, "required field is missing")),
+                None => match self.write_default(&path, want, len)? {
+                    Some(default) => default,
+                    None if want.is_nullable() => new_null_array(want.data_type(), len),
+                    None if parent.is_empty() => {
+                        return Err(ColumnError::new(
+                            &path,
+                            "required column is missing (and has no write-default)",
+                        ));
+                    }
+                    None => {
+                        return Err(ColumnError::new(
+                            &path,
+                            "required field is missing (and has no write-default)",
+                        ));
+                    }
+                },
             };
             check_required(&path, want, &column, parent_nulls)?;
             out.push(column);
         }
         Ok(out)
+    }
+
+    /// The `write-default` of the table's field `want` (found by its field id) for a
+    /// batch that leaves it out, `len` rows; `None` without one.
+    fn write_default(
+        &self,
+        path: &str,
+        want: &Field,
+        len: usize,
+    ) -> Result<Option<ArrayRef>, ColumnError> {
+        let Some(schema) = &self.options.defaults else {
+            return Ok(None);
+        };
+        let field = want
+            .metadata()
+            .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+            .and_then(|id| id.parse::<i32>().ok())
+            .and_then(|id| schema.field_by_id(id));
+        match field {
+            Some(field) => default_column(path, field, FieldDefault::Write, want, len),
+            None => Ok(None),
+        }
     }
 
     /// `array` converted to `to`, the table's Arrow type for `path`.
@@ -572,7 +614,7 @@ mod tests {
         let got = conform_columns(
             &batch("addr", Arc::new(reordered)),
             &target,
-            Default::default(),
+            &Default::default(),
         )
         .unwrap();
         let addr = got.column(0).as_struct();
@@ -584,7 +626,7 @@ mod tests {
         let err = conform_columns(
             &batch("addr", Arc::new(renamed)),
             &target,
-            Default::default(),
+            &Default::default(),
         )
         .unwrap_err();
         assert_eq!(err.path, "addr.town");
@@ -600,7 +642,7 @@ mod tests {
         )]));
         let exact = TimestampNanosecondArray::from(vec![Some(1_000), None, Some(-2_000)]);
         let got =
-            conform_columns(&batch("ts", Arc::new(exact)), &target, Default::default()).unwrap();
+            conform_columns(&batch("ts", Arc::new(exact)), &target, &Default::default()).unwrap();
         let micros = got.column(0).as_primitive::<TimestampMicrosecondType>();
         assert_eq!(micros.value(0), 1);
         assert!(micros.is_null(1));
@@ -609,14 +651,15 @@ mod tests {
         let err = conform_columns(
             &batch("ts", Arc::new(lossy.clone())),
             &target,
-            Default::default(),
+            &Default::default(),
         )
         .unwrap_err();
         assert!(err.reason.contains("at row 1"), "{}", err.reason);
         let truncate = ConformOptions {
             truncate_nanos: true,
+            defaults: None,
         };
-        let got = conform_columns(&batch("ts", Arc::new(lossy)), &target, truncate).unwrap();
+        let got = conform_columns(&batch("ts", Arc::new(lossy)), &target, &truncate).unwrap();
         assert_eq!(
             got.column(0)
                 .as_primitive::<TimestampMicrosecondType>()

@@ -26,6 +26,7 @@
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
+//! - [`defaults`]: column defaults (`initial-default`, `write-default`) as Arrow columns.
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
 //! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
@@ -45,6 +46,7 @@ pub mod append;
 pub mod batcher;
 pub mod budget;
 pub mod conform;
+pub mod defaults;
 pub mod encode;
 pub mod evolve;
 pub mod file_stats;

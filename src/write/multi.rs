@@ -62,7 +62,7 @@ pub async fn encode_and_write_files(
             .map(|group| {
                 group
                     .iter()
-                    .map(|batch| conform_batch_with(&name, batch, &target, options))
+                    .map(|batch| conform_batch_with(&name, batch, &target, &options))
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()

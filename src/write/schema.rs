@@ -101,15 +101,17 @@ pub fn conform_batch(
     batch: &RecordBatch,
     target: &SchemaRef,
 ) -> Result<RecordBatch, WriteError> {
-    conform_batch_with(table, batch, target, ConformOptions::default())
+    conform_batch_with(table, batch, target, &ConformOptions::default())
 }
 
 /// Rebuilds `batch` with the table's Arrow schema `target`: fields matched by name at
-/// every depth, values converted only when exact (see [`super::conform`]).
+/// every depth, values converted only when exact (see [`super::conform`]), a field the
+/// batch leaves out filled with its `write-default` (when `options` carry the schema) or
+/// null.
 ///
 /// # Errors
 /// [`WriteError::Schema`] naming the column path when: a field of `batch` is not in the
-/// table; a required field is missing or null; a field's Iceberg type differs from the
+/// table; a required field without a `write-default` is missing, or null; a field's Iceberg type differs from the
 /// table's (other than Iceberg's widenings int → long, float → double, decimal
 /// precision); a value would change (overflow, a sub-microsecond part, a `date64` that is
 /// not a whole day); a name repeats.
@@ -117,7 +119,7 @@ pub fn conform_batch_with(
     table: &str,
     batch: &RecordBatch,
     target: &SchemaRef,
-    options: ConformOptions,
+    options: &ConformOptions,
 ) -> Result<RecordBatch, WriteError> {
     conform_columns(batch, target, options).map_err(|e| WriteError::Schema {
         table: table.to_string(),

@@ -13,6 +13,7 @@ mod common;
 mod bad_input;
 mod catalog;
 mod concurrency;
+mod evolved_compaction;
 mod exactly_once;
 mod flight_sql;
 mod gc;
