@@ -22,7 +22,8 @@
 //!
 //! Modules:
 //! - [`batcher`]: conform → reserve budget → encode as rows arrive → hand on full files.
-//! - [`partition`]: splitting a batch by the table's partition spec (iceberg's transforms).
+//! - [`partition`]: splitting a batch by the table's partition spec.
+//! - [`transform`]: the partition transforms as the spec defines them.
 //! - [`schema`]: the Arrow ↔ Iceberg schema rules (table creation, conforming batches).
 //! - [`types`]: which Iceberg type each Arrow type becomes, or why it is refused.
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
@@ -58,6 +59,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod schema;
 pub mod stage;
+pub mod transform;
 pub mod types;
 
 pub use append::stage_append;

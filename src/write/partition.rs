@@ -1,10 +1,13 @@
 //! Splitting a batch by its table's partition spec (Iceberg spec, "Partitioning" and
 //! "Partition Transforms").
 //!
-//! The partition values are iceberg 0.10.1's own: its `PartitionValueCalculator` applies
-//! each field's transform (`identity`, `year`, `month`, `day`, `hour`, `bucket[N]`,
-//! `truncate[W]`, `void`; `iceberg::transform::create_transform_function`) to the source
-//! column, a null source value giving a null partition value. Rows are grouped by their
+//! Each partition field's transform (`identity`, `year`, `month`, `day`, `hour`,
+//! `bucket[N]`, `truncate[W]`, `void`) is applied to its source column (found by field id,
+//! nested in structs too, with iceberg's `RecordBatchProjector`), a null source value
+//! giving a null partition value; the transforms are the spec's
+//! ([`super::transform`]: skade's own where iceberg 0.10.1 departs from the spec). A
+//! value a transform refuses (e.g. `truncate` below a type's minimum) fails the batch
+//! naming the source column. Rows are grouped by their
 //! partition tuple through Arrow's row format (one hash per row, no per-row `Literal`),
 //! then gathered with one `take` and cut into one zero-copy slice per partition; only one
 //! row per partition becomes an Iceberg [`Struct`] (iceberg's `arrow_struct_to_literal`),
@@ -12,16 +15,22 @@
 //! case for time-ordered data) is passed on as it is.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use arrow_array::StructArray;
 use arrow_array::cast::AsArray;
 use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow_row::{RowConverter, SortField};
+use arrow_schema::DataType;
 use arrow_select::take::take_record_batch;
-use iceberg::arrow::{PartitionValueCalculator, arrow_struct_to_literal};
-use iceberg::spec::{Literal, PartitionSpecRef, Struct, StructType};
+use iceberg::arrow::record_batch_projector::RecordBatchProjector;
+use iceberg::arrow::{arrow_struct_to_literal, type_to_arrow_type};
+use iceberg::spec::{Literal, PartitionSpec, PartitionSpecRef, Schema, Struct, StructType, Type};
 use iceberg::table::Table;
+use iceberg::transform::BoxedTransformFunction;
 
 use super::WriteError;
+use super::transform::transform_function;
 
 /// The partition a data file's rows belong to: the spec they were split by and their
 /// partition tuple (`Struct::empty()` for an unpartitioned spec).
@@ -40,7 +49,7 @@ pub struct Partitioner {
     spec_id: i32,
     partition_type: StructType,
     /// `None` when every field is `void`: every row then has the all-null tuple.
-    calculator: Option<PartitionValueCalculator>,
+    calculator: Option<Calculator>,
     /// Encodes the partition columns as comparable rows (grouping key).
     converter: Option<RowConverter>,
 }
@@ -77,18 +86,17 @@ impl Partitioner {
             table: table.to_string(),
             source: Box::new(source),
         };
+        // Each field checked against its source first, so an error names the field.
+        for field in spec.fields() {
+            check_field(field, schema).map_err(bad)?;
+        }
         let partition_type = spec.partition_type(schema).map_err(bad)?;
         let (calculator, converter) = if spec.is_unpartitioned() {
             (None, None)
         } else {
-            let calculator = PartitionValueCalculator::try_new(spec, schema).map_err(bad)?;
-            let arrow_schema::DataType::Struct(fields) = calculator.partition_arrow_type() else {
-                return Err(bad(iceberg::Error::new(
-                    iceberg::ErrorKind::Unexpected,
-                    "the partition type is not a struct",
-                )));
-            };
-            let sort_fields = fields
+            let calculator = Calculator::try_new(spec, schema).map_err(bad)?;
+            let sort_fields = calculator
+                .fields
                 .iter()
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect();
@@ -127,7 +135,7 @@ impl Partitioner {
             let nulls = Struct::from_iter(self.partition_type.fields().iter().map(|_| None));
             return Ok(vec![(self.tuple(nulls), batch.clone())]);
         };
-        let values = calculator.calculate(batch).map_err(|e| self.bad(e))?;
+        let values = calculator.calculate(&self.table, batch)?;
         let columns = values.as_struct().columns().to_vec();
         let rows = converter
             .convert_columns(&columns)
@@ -205,6 +213,122 @@ impl Partitioner {
 
     fn unexpected(&self, what: String) -> WriteError {
         self.bad(iceberg::Error::new(iceberg::ErrorKind::Unexpected, what))
+    }
+}
+
+/// Checks that partition field `field` has its source column in `schema` and that its
+/// transform applies to the column's type (spec, "Partition Transforms": source types).
+///
+/// # Errors
+/// `DataInvalid` naming the partition field, its transform and the source column.
+pub(crate) fn check_field(
+    field: &iceberg::spec::PartitionField,
+    schema: &Schema,
+) -> iceberg::Result<()> {
+    let Some(source) = schema.field_by_id(field.source_id) else {
+        return Err(iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!(
+                "partition field {:?}: its source column (field id {}) is not in the schema",
+                field.name, field.source_id
+            ),
+        ));
+    };
+    let column = schema
+        .name_by_field_id(field.source_id)
+        .unwrap_or(&source.name);
+    let refuse = |why: String| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::DataInvalid,
+            format!(
+                "partition field {:?}: {} cannot be applied to column {column:?} ({}): {why}",
+                field.name, field.transform, source.field_type
+            ),
+        )
+    };
+    field
+        .transform
+        .result_type(&source.field_type)
+        .map_err(|e| refuse(e.message().to_string()))?;
+    let transform = transform_function(&field.transform)?;
+    // Applied once to no rows of the source's type: a transform that cannot take this
+    // type fails here, when the spec is made, not on every put.
+    let empty = arrow_array::new_empty_array(&type_to_arrow_type(&source.field_type)?);
+    transform
+        .transform(empty)
+        .map_err(|e| refuse(e.message().to_string()))?;
+    Ok(())
+}
+
+/// A spec's partition values for a batch: each field's source column (by field id) through
+/// its transform ([`transform_function`]), as one struct column.
+#[derive(Debug)]
+struct Calculator {
+    projector: RecordBatchProjector,
+    /// Each field's source column path (for errors) and transform.
+    transforms: Vec<(String, BoxedTransformFunction)>,
+    fields: arrow_schema::Fields,
+}
+
+impl Calculator {
+    fn try_new(spec: &PartitionSpec, schema: &Schema) -> iceberg::Result<Self> {
+        let mut transforms = Vec::with_capacity(spec.fields().len());
+        for field in spec.fields() {
+            let source = schema
+                .name_by_field_id(field.source_id)
+                .unwrap_or(field.name.as_str())
+                .to_string();
+            let transform = transform_function(&field.transform)?;
+            transforms.push((source, transform));
+        }
+        let ids: Vec<i32> = spec.fields().iter().map(|f| f.source_id).collect();
+        let projector = RecordBatchProjector::from_iceberg_schema(Arc::new(schema.clone()), &ids)?;
+        let partition_type = spec.partition_type(schema)?;
+        let DataType::Struct(fields) = type_to_arrow_type(&Type::Struct(partition_type))? else {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "the partition type is not a struct",
+            ));
+        };
+        Ok(Self {
+            projector,
+            transforms,
+            fields,
+        })
+    }
+
+    /// The partition values of every row of `batch` of `table`, one struct column.
+    ///
+    /// # Errors
+    /// [`WriteError::Schema`] naming the source column when its transform refuses a
+    /// value; [`WriteError::Encode`] when a source column cannot be found.
+    fn calculate(&self, table: &str, batch: &RecordBatch) -> Result<ArrayRef, WriteError> {
+        let encode = |source: iceberg::Error| WriteError::Encode {
+            table: table.to_string(),
+            source: Box::new(source),
+        };
+        let sources = self
+            .projector
+            .project_column(batch.columns())
+            .map_err(encode)?;
+        let mut values = Vec::with_capacity(sources.len());
+        for (source, (column, transform)) in sources.into_iter().zip(&self.transforms) {
+            let value = transform
+                .transform(source)
+                .map_err(|e| WriteError::Schema {
+                    table: table.to_string(),
+                    column: column.clone(),
+                    reason: format!("partition transform: {}", e.message()),
+                })?;
+            values.push(value);
+        }
+        let built = StructArray::try_new(self.fields.clone(), values, None).map_err(|e| {
+            encode(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!("partition values: {e}"),
+            ))
+        })?;
+        Ok(Arc::new(built))
     }
 }
 
