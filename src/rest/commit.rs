@@ -8,7 +8,9 @@
 //!
 //! Served updates: `add-schema`, `set-current-schema`, `add-spec`, `set-default-spec`,
 //! `add-sort-order`, `set-default-sort-order`, `set-properties`, `remove-properties`.
-//! Every requirement of the spec is checked. Any other update — `add-snapshot` above
+//! Every requirement of the spec is checked, and the updates must leave a table every
+//! reader can read ([`super::validate`]: schema evolution and partition spec rules,
+//! 400 naming the column). Any other update — `add-snapshot` above
 //! all: data reaches skade's tables through Flight — is refused with 400 naming it, and
 //! nothing is written.
 
@@ -37,7 +39,8 @@ pub const SERVED_UPDATES: [&str; 8] = [
 ];
 
 /// Commits a `CommitTableRequest` and answers `CommitTableResponse`: 400 for an unknown
-/// or refused update or an identifier that is not the path's, 404 for a missing table,
+/// or refused update ([`super::validate::check_commit`]) or an identifier that is not the
+/// path's, 404 for a missing table,
 /// 409 `CommitFailedException` for a failed requirement or a concurrent commit.
 pub(super) async fn commit_table(
     State(catalog): State<Arc<RedbCatalog>>,
@@ -72,6 +75,12 @@ pub(super) async fn commit_table(
         .map_err(|e| RestError::of_table(&ident, e))?;
     let lock = crate::write::table_commit_lock(table.metadata().uuid());
     let _turn = lock.lock().await;
+    // Checked in the commit turn, on the table as it is now, before anything is written.
+    let current = catalog
+        .load_table(&ident)
+        .await
+        .map_err(|e| RestError::of_table(&ident, e))?;
+    super::validate::check_commit(&current, &request.updates)?;
     let committed = super::error::released_table(
         &ident,
         catalog

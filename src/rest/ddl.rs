@@ -118,6 +118,7 @@ pub(super) async fn create_table(
         .as_deref()
         .map(|l| location_in(catalog.warehouse(), l))
         .transpose()?;
+    super::validate::check_create_spec(&request.schema, request.partition_spec.as_ref())?;
     let mut properties = request.properties;
     let format_version = format_version_of(&mut properties)?;
     let creation = TableCreation {
@@ -132,6 +133,7 @@ pub(super) async fn create_table(
     let planned = catalog
         .plan_table(&ident, creation)
         .map_err(|e| RestError::of_table(&ident, e))?;
+    super::validate::check_new_table(&ident.to_string(), planned.metadata())?;
     let table = super::error::released_table(
         &ident,
         catalog

@@ -16,6 +16,7 @@ mod ddl;
 mod error;
 pub mod model;
 mod page;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -27,6 +27,7 @@ mod parallel_encode;
 mod partitioning;
 mod rest;
 mod rest_ddl;
+mod rest_validation;
 mod schema_evolution;
 mod security;
 mod service;
