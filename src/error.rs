@@ -103,6 +103,19 @@ pub enum Error {
         /// The sequence the batch carried.
         got: u64,
     },
+    /// A producer sent a batch after sequence `u64::MAX`, the last usable sequence
+    /// (exactly-once): there is no next number, so the mark cannot advance.
+    #[error(
+        "writer {writer:?}: batch sequence {got} follows {max}, the last usable sequence (u64::MAX);          a writer's sequences cannot go past it: start a new writer id"
+    )]
+    SequencesExhausted {
+        /// The writer id.
+        writer: String,
+        /// The sequence the batch carried.
+        got: u64,
+        /// `u64::MAX`.
+        max: u64,
+    },
     /// A gRPC message is larger than `--max-message-size`.
     #[error(
         "a message exceeds the server's limit of {limit_bytes} bytes (--max-message-size): {detail}"
@@ -175,9 +188,9 @@ impl Error {
             },
             Error::Catalog { source, .. } => iceberg_code(source),
             Error::NoTransaction { .. } => Code::NotFound,
-            Error::TransactionEnded { .. } | Error::SequenceOutOfOrder { .. } => {
-                Code::FailedPrecondition
-            }
+            Error::TransactionEnded { .. }
+            | Error::SequenceOutOfOrder { .. }
+            | Error::SequencesExhausted { .. } => Code::FailedPrecondition,
             Error::TransactionAborted { .. } => Code::Aborted,
             Error::Unsupported { .. } => Code::Unimplemented,
             Error::ShuttingDown { .. } => Code::Unavailable,

@@ -181,7 +181,8 @@ impl MarkAdvance {
     /// new snapshot names a writer.
     ///
     /// # Errors
-    /// `DataInvalid` when the summary names a writer with missing or bad sequences.
+    /// `DataInvalid` when the summary names a writer with missing or bad sequences, or a
+    /// last sequence below the first (the mark would decrease).
     pub(super) fn from_updates(
         table_key: &str,
         table: &str,
@@ -209,6 +210,16 @@ impl MarkAdvance {
                 })
         };
         let (first, last) = (sequence(FIRST_SEQUENCE)?, sequence(LAST_SEQUENCE)?);
+        // A range that runs backwards would move the mark back below `first`.
+        if last < first {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!(
+                    "snapshot of writer {writer} holds sequences {first}..={last}, a range \
+                     that runs backwards: a high-water mark never decreases"
+                ),
+            ));
+        }
         Ok(Some(Self {
             key: mark_key(writer, table_key),
             writer: writer.to_string(),
@@ -281,6 +292,37 @@ mod tests {
                 committed_at_ms: at,
             },
         }
+    }
+
+    /// A commit whose summary runs backwards (the issue's `first = u64::MAX, last = 1`)
+    /// is refused, so the mark it would store never steps back. Catches a mark moved
+    /// from `u64::MAX` to 1.
+    #[test]
+    fn a_backwards_range_is_refused() {
+        let snapshot = |first: u64, last: u64| {
+            iceberg::spec::Snapshot::builder()
+                .with_snapshot_id(9)
+                .with_sequence_number(1)
+                .with_timestamp_ms(0)
+                .with_manifest_list("m.avro")
+                .with_summary(iceberg::spec::Summary {
+                    operation: iceberg::spec::Operation::Append,
+                    additional_properties: summary("w", first, last),
+                })
+                .build()
+        };
+        let updates = |first, last| {
+            vec![TableUpdate::AddSnapshot {
+                snapshot: snapshot(first, last),
+            }]
+        };
+        let err =
+            MarkAdvance::from_updates("ns\u{1f}t", "ns.t", &updates(u64::MAX, 1)).unwrap_err();
+        assert!(err.message().contains("never decreases"), "{err}");
+        let ok = MarkAdvance::from_updates("ns\u{1f}t", "ns.t", &updates(3, 3))
+            .unwrap()
+            .unwrap();
+        assert_eq!((ok.first, ok.mark.sequence), (3, 3));
     }
 
     /// Forgetting an idle writer removes its row and every mark it has, and nothing of

@@ -64,6 +64,9 @@ pub(crate) struct Sequencer {
     mark: Option<WriterMark>,
     /// The sequence the next batch must carry; `None` before the first batch.
     expected: Option<u64>,
+    /// A batch numbered `u64::MAX`, the last usable sequence, was taken: no batch may
+    /// follow it.
+    exhausted: bool,
     /// Batches skipped as replays.
     pub(crate) replayed: u64,
 }
@@ -75,6 +78,7 @@ impl Sequencer {
             writer,
             mark,
             expected: None,
+            exhausted: false,
             replayed: 0,
         }
     }
@@ -95,7 +99,8 @@ impl Sequencer {
     /// [`Error::BadRequest`] when the metadata is not a decimal `u64`;
     /// [`Error::SequenceOutOfOrder`] when the sequence is not the next one: after the
     /// first batch each must be the previous + 1, and the first may not skip past the
-    /// mark + 1.
+    /// mark + 1; [`Error::SequencesExhausted`] for any batch after one numbered
+    /// `u64::MAX`, the last usable sequence (so a high-water mark never steps back).
     pub(crate) fn admit(&mut self, metadata: &[u8]) -> Result<Admit, Error> {
         let sequence = str::from_utf8(metadata)
             .ok()
@@ -107,6 +112,13 @@ impl Sequencer {
                     metadata.len()
                 ),
             })?;
+        if self.exhausted {
+            return Err(Error::SequencesExhausted {
+                writer: self.writer.clone(),
+                got: sequence,
+                max: u64::MAX,
+            });
+        }
         let committed = self.mark.map(|m| m.sequence);
         let expected = match (self.expected, committed) {
             (Some(expected), _) => Some(expected),
@@ -123,6 +135,7 @@ impl Sequencer {
             });
         }
         self.expected = sequence.checked_add(1);
+        self.exhausted = sequence == u64::MAX;
         if committed.is_some_and(|committed| sequence <= committed) {
             self.replayed += 1;
             return Ok(Admit::Replay);
@@ -160,6 +173,25 @@ mod tests {
         assert_eq!(fresh.admit(b"100").unwrap(), Admit::Take(100));
         assert!(fresh.admit(b"100").is_err());
         assert!(fresh.admit(b"").is_err());
+    }
+
+    /// `u64::MAX` is the last usable sequence: it is taken, and any batch after it (the
+    /// issue's `1`, or `u64::MAX` again) is refused naming the limit. Catches the
+    /// overflowed expectation that let `1` through and moved the mark back.
+    #[test]
+    fn nothing_follows_the_last_sequence() {
+        let max = u64::MAX.to_string();
+        let mut s = Sequencer::new("w".into(), None);
+        assert_eq!(s.admit(max.as_bytes()).unwrap(), Admit::Take(u64::MAX));
+        for next in [b"1".as_slice(), b"0", max.as_bytes()] {
+            let err = s.admit(next).unwrap_err();
+            assert!(matches!(err, Error::SequencesExhausted { .. }), "{err}");
+            assert!(err.to_string().contains(&max), "{err}");
+        }
+        // After a committed mark of u64::MAX every sequence is a replay.
+        let mut s = Sequencer::new("w".into(), mark(u64::MAX));
+        assert_eq!(s.admit(b"1").unwrap(), Admit::Replay);
+        assert_eq!(s.admit(b"2").unwrap(), Admit::Replay);
     }
 }
 

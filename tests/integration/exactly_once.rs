@@ -26,6 +26,17 @@ async fn keyed_put(
     first: u64,
     batches: Vec<RecordBatch>,
 ) -> Result<Vec<CommitAck>, FlightError> {
+    let sequences = (0..batches.len() as u64).map(|i| first + i).collect();
+    keyed_put_numbered(client, writer, sequences, batches).await
+}
+
+/// One keyed put of `batches`, batch `i` numbered `sequences[i]`; returns the acks.
+async fn keyed_put_numbered(
+    client: &mut FlightClient,
+    writer: &str,
+    sequences: Vec<u64>,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<CommitAck>, FlightError> {
     client
         .add_header("x-skade-writer-id", writer)
         .expect("header");
@@ -39,8 +50,8 @@ async fn keyed_put(
     data[0].flight_descriptor = Some(FlightDescriptor::new_path(
         PATH.iter().map(|s| s.to_string()).collect(),
     ));
-    for (i, message) in data.iter_mut().skip(1).enumerate() {
-        message.app_metadata = (first + i as u64).to_string().into_bytes().into();
+    for (message, sequence) in data.iter_mut().skip(1).zip(sequences) {
+        message.app_metadata = sequence.to_string().into_bytes().into();
     }
     let results: Vec<_> = client
         .do_put(futures::stream::iter(data.into_iter().map(Ok)))
@@ -286,5 +297,45 @@ async fn idle_writer_ids_are_forgotten_after_the_retention() {
     let metrics = server.http_get("/metrics").await.1;
     assert_eq!(metric(&metrics, "skade_writers_forgotten_total"), 1.0);
     assert_eq!(metric(&metrics, "skade_writers"), 1.0);
+    server.stop().await;
+}
+
+/// `u64::MAX` is the last usable sequence: a keyed put numbered `u64::MAX` then `1`
+/// fails `FailedPrecondition` naming the limit and the writer's mark is never 1; a put of `u64::MAX` alone lands and leaves the mark at
+/// `u64::MAX`, after which `1` is a replay. Catches the mark stepping back from
+/// `u64::MAX` to 1 (both batches were committed, summary first = u64::MAX, last = 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_lands_after_the_last_sequence() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    let err = keyed_put_numbered(&mut client, "max", vec![u64::MAX, 1], batches(0, 2))
+        .await
+        .unwrap_err();
+    let (code, message) = status_of(err);
+    assert_eq!(code, Code::FailedPrecondition, "{message}");
+    assert!(message.contains(&u64::MAX.to_string()), "{message}");
+    let mut client = server.client().await;
+    let reply = common::writer_marks_reply(&mut client, "max").await;
+    // Whether the failed stream committed its first batch or not, the mark is never 1.
+    for mark in reply["marks"].as_array().unwrap() {
+        assert_eq!(mark["sequence"], serde_json::json!(u64::MAX), "{reply}");
+    }
+
+    let mut client = server.client().await;
+    keyed_put_numbered(&mut client, "max", vec![u64::MAX], batches(0, 1))
+        .await
+        .unwrap();
+    let mut client = server.client().await;
+    keyed_put_numbered(&mut client, "max", vec![1], batches(100, 1))
+        .await
+        .unwrap();
+    let mut client = server.client().await;
+    let reply = common::writer_marks_reply(&mut client, "max").await;
+    assert_eq!(
+        reply["marks"][0]["sequence"],
+        serde_json::json!(u64::MAX),
+        "{reply}"
+    );
+    assert_eq!(count(&get(&mut client, &PATH).await), 10);
     server.stop().await;
 }
