@@ -2,7 +2,7 @@
 ``skade serve``.
 
 * Compaction after every schema change pyiceberg's ``update_schema`` makes (rename,
-  promotions, drop and re-add under the same name, nested add) keeps every row as
+  nested rename, promotions, drop and re-add under the same name) keeps every row as
   pyiceberg and DoGet read it before: the server first runs with ``--compaction false``,
   then again on the same data dir with compaction on.
 * Every partition transform on every source type it accepts, with edge values (before
@@ -145,7 +145,6 @@ def test_compaction_keeps_every_evolved_row(tmp_path):
         table = catalog.load_table((NS, "t"))
         with table.update_schema() as update:
             update.add_column("x", StringType())
-            update.add_column(("s", "r"), StringType())
         put(4)
         put(5)
         before = rows(catalog.load_table((NS, "t")).scan().to_arrow())
@@ -246,9 +245,29 @@ def test_every_transform_matches_pyiceberg(skade_server, column):
     timestamps; the spec -2, -2, -25568), ``truncate`` on binary (every put failed
     ``Unimplemented``), any transform × type × edge value."""
     catalog, client = catalog_of(skade_server), client_of(skade_server)
-    iceberg_type, arrow_type, values = COLUMNS[column]
+    iceberg_type, arrow_type, all_values = COLUMNS[column]
     for n, transform in enumerate(TRANSFORMS[column]):
         name = f"p_{column}_{n}"
+        apply = transform.transform(iceberg_type)
+        # A partition value its result type cannot hold (pyiceberg computes truncate[10]
+        # of -2^31 as -2^31 - 8, which no int holds) is refused by skade, naming the column.
+        # (and truncate[50] of -9999999.99 is -10000000.00, beyond decimal(9, 2)).
+        limit = {"i": 2**31, "l": 2**63, "dec": decimal.Decimal(10) ** 7}.get(column)
+
+        def fits(v):
+            result = None if v is None else apply(as_iceberg(v, iceberg_type))
+            if limit is None or result is None:
+                return True
+            return abs(result) < limit if column == "dec" else -limit <= result < limit
+
+        values = [v for v in all_values if fits(v)]
+        for bad in [v for v in all_values if not fits(v)]:
+            bad_name = f"{name}_bad"
+            schema = Schema(NestedField(1, column, iceberg_type, required=False))
+            spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=transform, name="part"))
+            catalog.create_table((NS, bad_name), schema=schema, partition_spec=spec)
+            with pytest.raises(pa.ArrowInvalid, match=f'column "{column}"'):
+                put_table(client, (NS, bad_name), pa.table({column: pa.array([bad], arrow_type)}))
         schema = Schema(
             NestedField(1, "id", LongType(), required=False),
             NestedField(2, column, iceberg_type, required=False),
@@ -265,7 +284,6 @@ def test_every_transform_matches_pyiceberg(skade_server, column):
         table = catalog.load_table((NS, name))
         got = table.scan().to_arrow().sort_by("id")
         assert got.column(column).to_pylist() == sent.column(column).to_pylist(), str(transform)
-        apply = transform.transform(iceberg_type)
         checked = 0
         for task in table.scan().plan_files():
             path = task.file.file_path.removeprefix("file://").removeprefix("file:")
