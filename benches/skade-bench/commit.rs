@@ -178,7 +178,7 @@ async fn release_latency() {
             });
         }
         let started = Instant::now();
-        let (advanced, _) = write::commit_staged(&catalog, staged, 4)
+        let (advanced, _) = write::commit_staged(&catalog, staged)
             .await
             .expect("8-table release");
         eight_lat.push(started.elapsed().as_secs_f64());

@@ -310,23 +310,32 @@ impl Catalog for RedbCatalog {
         self.table_handle(ident.clone(), metadata_location, metadata)
     }
 
-    /// Commits one table: checks the requirements against the current metadata, applies
-    /// the updates, writes the new metadata JSON, syncs the warehouse and flips the pointer
+    /// Commits one table (what iceberg's transactions end in) through the catalog's
+    /// commit driver ([`RedbCatalog::commit`]): under this process's commit turn on the
+    /// table, checks the requirements against the table as it stands, applies the
+    /// updates, writes the new metadata JSON, syncs the warehouse and flips the pointer
     /// in ONE redb write transaction (compare-and-swap on the base location), which
     /// concurrent commits may share (group commit); returns once it is durable.
     ///
     /// # Errors
-    /// `CatalogCommitConflicts`, retryable, when a requirement fails or the pointer moved
-    /// (only this commit fails, not others sharing its transaction); `Unexpected` when the
-    /// warehouse sync or the redb transaction failed.
-    /// One table's commit (iceberg's transactions, so Lane 1's fast appends, end here):
-    /// an [`RedbCatalog::atomic_release_raw`] of that one table.
+    /// `CatalogCommitConflicts`, retryable, when a requirement fails (iceberg's
+    /// transaction then rebases and retries; the driver does not retry the caller's
+    /// requirements) or the pointer kept moving; `TableNotFound` for an unknown table;
+    /// `Unexpected` when the warehouse sync or the redb transaction failed.
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
-        let ident = commit.identifier().clone();
-        let entry = (ident, commit.take_requirements(), commit.take_updates());
-        let mut tables = self.atomic_release_raw(vec![entry]).await?;
-        tables
-            .pop()
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "release returned no table"))
+        let table = self.load_table(commit.identifier()).await?;
+        let target = super::CommitTarget::metadata(&table);
+        let staged = (commit.take_requirements(), commit.take_updates());
+        let staged = &staged;
+        self.commit_one(&target, move |current| {
+            let staged = staged.clone();
+            Box::pin(async move {
+                for requirement in &staged.0 {
+                    requirement.check(Some(current.metadata()))?;
+                }
+                Ok(staged)
+            })
+        })
+        .await
     }
 }

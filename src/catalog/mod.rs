@@ -18,11 +18,14 @@
 //!
 //! One job per module: this file holds [`RedbCatalog`] and opens it; `face.rs` is the
 //! `impl iceberg::Catalog`; `store.rs` the redb tables, their key codec and transactions
-//! (and the one walk over every table); `release.rs` the commit protocol
-//! ([`RedbCatalog::atomic_release`]); `group_commit.rs` the shared write transaction;
+//! (and the one walk over every table); `commit.rs` the one commit driver every commit
+//! of this process runs ([`RedbCatalog::commit`]: the table's commit turn, the table as
+//! it stands, the caller's stage, the release, the conflict policy); `release.rs` the
+//! release under it ([`RedbCatalog::atomic_release`]); `group_commit.rs` the shared write transaction;
 //! `counters.rs` the commit counts; `error.rs` the catalog's errors; `blocking.rs` running
 //! blocking I/O off the runtime.
 mod blocking;
+pub mod commit;
 mod counters;
 pub mod durable;
 mod error;
@@ -56,6 +59,10 @@ use iceberg::{Result, TableIdent};
 use redb::Database;
 
 pub use blocking::run_blocking_io;
+pub use commit::{
+    COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome, StageResult,
+    Staged,
+};
 pub use counters::{CommitCounts, redb_commit_count};
 pub use error::is_lock_error;
 use error::{io_error, redb_error};
@@ -83,6 +90,8 @@ pub struct RedbCatalog {
     metadata: MetadataCache,
     /// Writers in flight whose files no snapshot references yet ([`Self::pin_writes`]).
     pins: Arc<pins::Pins>,
+    /// This process's commit turns, one per table ([`Self::commit_turns`]).
+    turns: commit::Turns,
 }
 
 impl RedbCatalog {
@@ -138,6 +147,7 @@ impl RedbCatalog {
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
             pins: Arc::default(),
+            turns: commit::Turns::default(),
         })
     }
 

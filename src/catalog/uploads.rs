@@ -17,7 +17,7 @@
 //! Every manifest and manifest list iceberg and skade write lies under
 //! `<table location>/metadata/` (iceberg's `SnapshotProducer`, `maintenance::merge`,
 //! `maintenance::compact`), so waiting for the table's covers all of a commit's. Every
-//! such writer holds the table's commit turn (`write::table_commit_lock`) from its first
+//! such writer holds the table's commit turn (`RedbCatalog::commit_turns`) from its first
 //! manifest to its release, so what a release waits for is its own commit's (or the
 //! leftovers of an earlier attempt that failed under the same turn: a failed one of
 //! those fails this release too, once). A read of a location whose upload is still

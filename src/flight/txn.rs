@@ -197,9 +197,7 @@ impl TxnState {
             })
             .collect();
         let started = Instant::now();
-        match write::commit_staged_with(&svc.catalog, staged, write::COMMIT_RETRIES, properties)
-            .await
-        {
+        match write::commit_staged_with(&svc.catalog, staged, properties).await {
             Ok((tables, stats)) => {
                 if stats.commits > 0 {
                     self.record_committed(svc, lane, &tables, &stats, started.elapsed());

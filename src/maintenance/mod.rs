@@ -3,18 +3,19 @@
 //! maintenance").
 //!
 //! A [`Maintainer`] runs a *pass* every `--maintenance-interval`. For each table, under
-//! this process's commit turn on the table (`write::table_commit_lock`, so in-process
+//! this process's commit turn on the table ([`RedbCatalog::commit_turns`], so in-process
 //! appends wait for it instead of racing), it
 //! 1. expires snapshots ([`expire`]: Iceberg's `history.expire.*` rules through iceberg's
 //!    `ExpireSnapshotsAction`, plus skade's count bound);
 //! 2. merges the current snapshot's manifests when they reach
 //!    `commit.manifest.min-count-to-merge` ([`merge`]);
 //!
-//! each as one commit through the catalog's ordinary commit path
-//! ([`RedbCatalog::atomic_release_raw`]: compare-and-swap on the table's pointer, group
-//! commit, warehouse sync before the pointer moves). A commit that conflicts (the table
-//! moved under it from outside this process) is dropped; the next pass plans again on
-//! the new base, so maintenance never overwrites an append. Then
+//! each as one commit through the catalog's commit driver
+//! ([`RedbCatalog::commit_in_turn`]: compare-and-swap on the table's pointer, group
+//! commit, warehouse sync before the pointer moves). Its policy (`catalog::commit`):
+//! when the table moved under a commit (from outside this process), the job plans again
+//! on the table as it now stands and commits that plan, or gives way when there is
+//! nothing left to do — maintenance never overwrites an append. Then
 //! 3. it compacts a run of small data files ([`compact`]; rows rewritten outside the
 //!    turn, the inputs checked and the `replace` commit made under it), and
 //! 4. it removes the files nothing references any more ([`cleanup`]), once the
@@ -35,22 +36,26 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use iceberg::table::Table;
-use iceberg::{Catalog, ErrorKind, TableIdent, TableRequirement, TableUpdate};
+use iceberg::{Catalog, ErrorKind, TableIdent};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::GcError;
-use crate::catalog::{RedbCatalog, redb_commit_count};
+use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged, redb_commit_count};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
-use crate::write::table_commit_lock;
 use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, Sweeper, SweptTable};
 
 /// A sweep runs at least this often even when no table changed (leftovers of failed
 /// commits appear without any commit).
 const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
+
+/// What a maintenance plan of one table returns to the commit driver: its staged commit
+/// and what it counted, or `None` (nothing to do: give way).
+type StageResult1<T> = iceberg::Result<Option<(Staged, T)>>;
 
 /// Why a maintenance job failed. A failed job changes nothing visible: its commit did
 /// not land (files it wrote are leftovers for cleanup) or its removals stopped.
@@ -99,7 +104,8 @@ pub struct PassReport {
     pub manifests_written: usize,
     /// Data files replaced by compaction commits.
     pub files_compacted: usize,
-    /// Maintenance commits dropped because the table moved under them.
+    /// Maintenance commits that gave way: the table moved under them and the plan on
+    /// the table as it then stood was empty (compaction: its inputs were replaced).
     pub conflicts: usize,
     /// Files cleanup removed.
     pub removed: Vec<Removed>,
@@ -269,30 +275,33 @@ impl Maintainer {
             .observe(&table)
             .await
             .map_err(failed("cleanup"))?;
-        let lock = table_commit_lock(table.metadata().uuid());
-        let turn = lock.lock().await;
+        let turns = self.catalog.commit_turns([&table]).await;
+        let uuid = table.metadata().uuid();
         let table = self
             .catalog
             .load_table(ident)
             .await
             .map_err(failed("load"))?;
+        if table.metadata().uuid() != uuid {
+            return Ok(()); // dropped and created again since: the next pass takes it
+        }
         state
             .sweeper
             .observe(&table)
             .await
             .map_err(failed("cleanup"))?;
         let table = self
-            .expire(ident, table, report)
+            .expire(&turns, table, report)
             .await
             .map_err(failed("expire"))?;
         let (table, manifests) = self
-            .merge(ident, table, state, report)
+            .merge(&turns, table, state, report)
             .await
             .map_err(failed("merge"))?;
-        drop(turn);
+        drop(turns);
         self.set_gauges(&name, &table, manifests);
         if self.config.compaction {
-            self.compact(ident, &lock, table, state, report)
+            self.compact(ident, table, state, report)
                 .await
                 .map_err(failed("compact"))?;
         }
@@ -300,29 +309,32 @@ impl Maintainer {
     }
 
     /// Expires `table`'s snapshots when [`expire`] says so; returns the table as it
-    /// stands after. Runs under the table's commit turn.
+    /// stands after. Runs under the table's commit turn (`turns`); the plan is made again
+    /// on the table as it stands on every attempt of the commit driver.
     async fn expire(
         &self,
-        ident: &TableIdent,
+        turns: &CommitTurns,
         table: Table,
         report: &mut PassReport,
     ) -> iceberg::Result<Table> {
-        let Some(expiry) = expire::plan(&table, self.config.max_snapshots).await? else {
-            return Ok(table);
-        };
-        let snapshots = expiry.snapshots;
-        match self
-            .commit(ident, expiry.requirements, expiry.updates)
-            .await?
-        {
-            Some(committed) => {
+        let max_snapshots = self.config.max_snapshots;
+        let outcome = self
+            .commit(turns, &table, move |current| {
+                Box::pin(async move {
+                    let expiry = expire::plan(&current, max_snapshots).await?;
+                    Ok(expiry.map(|e| ((e.requirements, e.updates), e.snapshots)))
+                })
+            })
+            .await?;
+        match outcome {
+            Outcome::Committed(mut tables, snapshots) => {
                 report.snapshots_expired += snapshots;
                 self.metrics.record_snapshots_expired(snapshots as u64);
-                info!(table = %ident, snapshots, "snapshots expired");
-                Ok(committed)
+                info!(table = %table.identifier(), snapshots, "snapshots expired");
+                Ok(tables.pop().unwrap_or(table))
             }
-            None => {
-                report.conflicts += 1;
+            Outcome::Unchanged { after_conflict } => {
+                report.conflicts += usize::from(after_conflict);
                 Ok(table)
             }
         }
@@ -331,15 +343,16 @@ impl Maintainer {
     /// Merges `table`'s manifests when [`merge`] says so; returns the table as it stands
     /// after and the manifests its current snapshot lists. A table whose current
     /// snapshot was looked at before (`state`) is not read again. Runs under the table's
-    /// commit turn.
+    /// commit turn (`turns`); the merge is planned again on the table as it stands on
+    /// every attempt of the commit driver.
     async fn merge(
         &self,
-        ident: &TableIdent,
+        turns: &CommitTurns,
         mut table: Table,
         state: &mut State,
         report: &mut PassReport,
     ) -> iceberg::Result<(Table, usize)> {
-        let name = ident.to_string();
+        let name = table.identifier().to_string();
         let Some(current) = table.metadata().current_snapshot_id() else {
             return Ok((table, 0));
         };
@@ -348,25 +361,35 @@ impl Maintainer {
         {
             return Ok((table, count));
         }
-        let cache = state.sweeper.manifests();
-        let list = cache.current(&table).await?;
-        let mut count = list.len();
-        if let Some(merged) = merge::plan(&table, &list, cache).await? {
-            let (replaced, written) = (merged.replaced, merged.written);
-            let (after, bytes) = (merged.manifests_after, merged.replaced_bytes);
-            match self
-                .commit(ident, merged.requirements, merged.updates)
-                .await?
-            {
-                Some(committed) => {
+        let mut count = state.sweeper.manifests().current(&table).await?.len();
+        let cache = tokio::sync::Mutex::new(state.sweeper.manifests());
+        let cache = &cache;
+        let outcome = self
+            .commit(turns, &table, move |current| {
+                Box::pin(async move {
+                    let mut cache = cache.lock().await;
+                    let list = cache.current(&current).await?;
+                    let merged = merge::plan(&current, &list, &mut cache).await?;
+                    Ok(merged.map(|m| {
+                        let counts = (m.replaced, m.written, m.manifests_after, m.replaced_bytes);
+                        ((m.requirements, m.updates), counts)
+                    }))
+                })
+            })
+            .await?;
+        match outcome {
+            Outcome::Committed(mut tables, (replaced, written, after, bytes)) => {
+                if let Some(committed) = tables.pop() {
                     table = committed;
-                    count = after;
-                    report.manifests_replaced += replaced;
-                    report.manifests_written += written;
-                    self.metrics.record_manifests_merged(replaced as u64, bytes);
-                    info!(table = %name, replaced, written, "manifests merged");
                 }
-                None => report.conflicts += 1,
+                count = after;
+                report.manifests_replaced += replaced;
+                report.manifests_written += written;
+                self.metrics.record_manifests_merged(replaced as u64, bytes);
+                info!(table = %name, replaced, written, "manifests merged");
+            }
+            Outcome::Unchanged { after_conflict } => {
+                report.conflicts += usize::from(after_conflict);
             }
         }
         if let Some(current) = table.metadata().current_snapshot_id() {
@@ -380,7 +403,6 @@ impl Maintainer {
     async fn compact(
         &self,
         ident: &TableIdent,
-        lock: &tokio::sync::Mutex<()>,
         table: Table,
         state: &mut State,
         report: &mut PassReport,
@@ -405,55 +427,71 @@ impl Maintainer {
             state.compacted.insert(name, current);
             return Ok(());
         };
-        let _turn = lock.lock().await;
-        let table = self.catalog.load_table(ident).await?;
-        let cache = state.sweeper.manifests();
-        let manifests = cache.current(&table).await?;
-        let Some(plan) = compact::commit_plan(&table, &manifests, &rewrite, cache).await? else {
-            debug!(table = %name, "compaction inputs changed; attempt dropped");
-            report.conflicts += 1;
-            return Ok(());
-        };
-        let (files, bytes) = (plan.files, plan.bytes);
-        if self
-            .commit(ident, plan.requirements, plan.updates)
-            .await?
-            .is_some()
-        {
-            report.files_compacted += files;
-            self.metrics.record_rewritten("data", files as u64, bytes);
-            info!(table = %name, files, bytes, "small files compacted");
-        } else {
-            report.conflicts += 1;
+        let turns = self.catalog.commit_turns([&table]).await;
+        let cache = tokio::sync::Mutex::new(state.sweeper.manifests());
+        let (cache, rewrite) = (&cache, &rewrite);
+        let outcome = self
+            .commit(&turns, &table, move |current| {
+                Box::pin(async move {
+                    let mut cache = cache.lock().await;
+                    let manifests = cache.current(&current).await?;
+                    let plan =
+                        compact::commit_plan(&current, &manifests, rewrite, &mut cache).await?;
+                    Ok(plan.map(|p| ((p.requirements, p.updates), (p.files, p.bytes))))
+                })
+            })
+            .await;
+        match outcome {
+            Ok(Outcome::Committed(_, (files, bytes))) => {
+                report.files_compacted += files;
+                self.metrics.record_rewritten("data", files as u64, bytes);
+                info!(table = %name, files, bytes, "small files compacted");
+            }
+            // The inputs were replaced (or the table dropped) since the rewrite: give way.
+            Ok(Outcome::Unchanged { .. }) => {
+                debug!(table = %name, "compaction inputs changed; attempt dropped");
+                report.conflicts += 1;
+            }
+            Err(e) if e.kind() == ErrorKind::TableNotFound => {}
+            Err(e) => return Err(e),
         }
         Ok(())
     }
 
-    /// Commits one maintenance change to `ident` through the catalog's commit path.
-    /// `Ok(None)`: the table moved under it (a conflict); nothing was committed.
-    async fn commit(
+    /// Runs one maintenance commit of `table` through the catalog's commit driver, under
+    /// the turn the caller holds (the driver's policy: `stage` plans again on the table
+    /// as it stands after a conflict, and gives way when the plan is empty).
+    ///
+    /// # Errors
+    /// As [`RedbCatalog::commit_in_turn`].
+    async fn commit<'s, T>(
         &self,
-        ident: &TableIdent,
-        requirements: Vec<TableRequirement>,
-        updates: Vec<TableUpdate>,
-    ) -> iceberg::Result<Option<Table>> {
+        turns: &CommitTurns,
+        table: &Table,
+        mut stage: impl FnMut(Table) -> BoxFuture<'s, StageResult1<T>> + Send,
+    ) -> iceberg::Result<Outcome<T>> {
         let started = Instant::now();
-        match self
+        let targets = [CommitTarget::metadata(table)];
+        let outcome = self
             .catalog
-            .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
-            .await
-        {
-            Ok(mut tables) => {
-                self.metrics
-                    .record_commit_seconds(LANE_MAINTENANCE, started.elapsed().as_secs_f64());
-                Ok(tables.pop())
-            }
-            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                debug!(table = %ident, error = %e, "maintenance commit conflicted; next pass retries");
-                Ok(None)
-            }
-            Err(e) => Err(e),
+            .commit_in_turn(turns, &targets, move |mut current| {
+                let table = current.pop();
+                match table {
+                    Some(table) => {
+                        let staged = stage(table);
+                        Box::pin(
+                            async move { Ok(staged.await?.map(|(one, value)| (vec![one], value))) },
+                        )
+                    }
+                    None => Box::pin(async { Ok(None) }),
+                }
+            })
+            .await?;
+        if let Outcome::Committed(..) = outcome {
+            self.metrics
+                .record_commit_seconds(LANE_MAINTENANCE, started.elapsed().as_secs_f64());
         }
+        Ok(outcome)
     }
 
     fn set_gauges(&self, name: &str, table: &Table, manifests: usize) {

@@ -1,10 +1,12 @@
 //! `POST /v1/namespaces/{namespace}/tables/{table}` (the spec's `updateTable`): a
-//! commit of metadata-only updates, through the same catalog commit path as data
-//! commits ([`RedbCatalog::atomic_release_raw`]: requirements checked against the
-//! current metadata, the new metadata JSON written and synced, the pointer
-//! compare-and-swapped in the group-commit redb transaction, counted in
-//! `skade_catalog_commits_total`), in the table's commit turn
-//! ([`crate::write::table_commit_lock`]) so it never races this process's puts.
+//! commit of metadata-only updates, through the catalog's commit driver like every data
+//! commit ([`RedbCatalog::commit`]: the table's commit turn, so it never races this
+//! process's puts; the requirements checked against the table as it stands; the new
+//! metadata JSON written and synced, the pointer compare-and-swapped in the
+//! group-commit redb transaction, counted in `skade_catalog_commits_total`). A failed
+//! requirement answers 409 at once; a pointer moved from outside this process between
+//! the check and the flip is checked and committed again (the driver's policy, as
+//! Java's `CatalogHandlers.commit` retries only the compare-and-swap).
 //!
 //! Served updates: `add-schema`, `set-current-schema`, `add-spec`, `set-default-spec`,
 //! `add-sort-order`, `set-default-sort-order`, `set-properties`, `remove-properties`.
@@ -24,7 +26,7 @@ use iceberg::{Catalog, TableUpdate};
 
 use super::model::{CommitTableRequest, CommitTableResponse};
 use super::{RestError, body_of, json, table_of};
-use crate::catalog::RedbCatalog;
+use crate::catalog::{CommitTarget, RedbCatalog};
 
 /// The `action` of every update `commit_table` serves.
 pub const SERVED_UPDATES: [&str; 8] = [
@@ -73,20 +75,38 @@ pub(super) async fn commit_table(
         .load_table(&ident)
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
-    let lock = crate::write::table_commit_lock(table.metadata().uuid());
-    let _turn = lock.lock().await;
-    // Checked in the commit turn, on the table as it is now, before anything is written.
-    let current = catalog
-        .load_table(&ident)
-        .await
-        .map_err(|e| RestError::of_table(&ident, e))?;
-    super::validate::check_commit(&current, &request.updates)?;
-    let committed = super::error::released_table(
-        &ident,
-        catalog
-            .atomic_release_raw(vec![(ident.clone(), request.requirements, request.updates)])
-            .await,
-    )?;
+    let target = CommitTarget::metadata(&table);
+    let (requirements, updates) = (&request.requirements, &request.updates);
+    // A refusal of the updates themselves (400), kept apart from the driver's error.
+    let refusal = std::sync::Mutex::new(None);
+    let committed = catalog
+        .commit_one(&target, |current| {
+            let staged = (requirements.clone(), updates.clone());
+            let refusal = &refusal;
+            Box::pin(async move {
+                // The client's requirements, checked against the table as it stands: a
+                // failure is the client's conflict (409), not retried (commit driver).
+                for requirement in &staged.0 {
+                    requirement.check(Some(current.metadata()))?;
+                }
+                // Then the updates, on that same table, before anything is written.
+                if let Err(refused) = super::validate::check_commit(&current, &staged.1) {
+                    if let Ok(mut slot) = refusal.lock() {
+                        *slot = Some(refused);
+                    }
+                    return Err(iceberg::Error::new(
+                        iceberg::ErrorKind::DataInvalid,
+                        "the updates are refused",
+                    ));
+                }
+                Ok(staged)
+            })
+        })
+        .await;
+    if let Some(refused) = refusal.lock().ok().and_then(|mut slot| slot.take()) {
+        return Err(refused);
+    }
+    let committed = committed.map_err(|e| RestError::of_table(&ident, e))?;
     let metadata_location = committed
         .metadata_location_result()
         .map_err(|e| RestError::of_table(&ident, e))?

@@ -3,10 +3,10 @@
 //! `createNamespace`, `dropNamespace`, `updateProperties`, `createTable`, `dropTable`,
 //! `renameTable`).
 //!
-//! A table is created through the catalog's commit path ([`RedbCatalog::atomic_release`]
-//! with [`Release::Create`]: compare-and-swap on an absent pointer, the warehouse synced
+//! A table is created through the catalog's commit driver ([`RedbCatalog::commit`] of a
+//! [`CommitTarget::Create`]: compare-and-swap on an absent pointer, the warehouse synced
 //! before the pointer exists). Dropping and renaming take the table's commit turn
-//! ([`crate::write::table_commit_lock`]) so a commit of this process already under way
+//! ([`RedbCatalog::commit_turns`]) so a commit of this process already under way
 //! finishes first; a put still streaming into the table fails at its commit with
 //! `NotFound` naming the table, and never recreates it.
 
@@ -26,7 +26,7 @@ use super::model::{
     RenameTableRequest, UpdateNamespacePropertiesRequest, UpdateNamespacePropertiesResponse,
 };
 use super::{RestError, body_of, json, namespace_of, path_param, query_param, table_of};
-use crate::catalog::{RedbCatalog, Release};
+use crate::catalog::{CommitTarget, RedbCatalog};
 
 type Db = State<Arc<RedbCatalog>>;
 
@@ -134,16 +134,13 @@ pub(super) async fn create_table(
         .plan_table(&ident, creation)
         .map_err(|e| RestError::of_table(&ident, e))?;
     super::validate::check_new_table(&ident.to_string(), planned.metadata())?;
-    let table = super::error::released_table(
-        &ident,
-        catalog
-            .atomic_release(vec![Release::Create {
-                table: planned,
-                requirements: Vec::new(),
-                updates: Vec::new(),
-            }])
-            .await,
-    )?;
+    let target = CommitTarget::Create(planned);
+    let table = catalog
+        .commit_one(&target, |_| {
+            Box::pin(async { Ok((Vec::new(), Vec::new())) })
+        })
+        .await
+        .map_err(|e| RestError::of_table(&ident, e))?;
     let metadata_location = table
         .metadata_location_result()
         .map_err(|e| RestError::of_table(&ident, e))?
@@ -254,8 +251,7 @@ pub(super) async fn drop_table(
         .load_table(&ident)
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
-    let lock = crate::write::table_commit_lock(table.metadata().uuid());
-    let _turn = lock.lock().await;
+    let _turns = catalog.commit_turns([&table]).await;
     let dropped = if purge {
         catalog.purge_table(&ident).await
     } else {
@@ -276,8 +272,7 @@ pub(super) async fn rename_table(State(catalog): Db, body: Bytes) -> Result<Stat
         .load_table(&source)
         .await
         .map_err(|e| RestError::of_table(&source, e))?;
-    let lock = crate::write::table_commit_lock(table.metadata().uuid());
-    let _turn = lock.lock().await;
+    let _turns = catalog.commit_turns([&table]).await;
     match catalog.rename_table(&source, &destination).await {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NamespaceNotFound => {

@@ -183,25 +183,3 @@ impl IntoResponse for RestError {
         }
     }
 }
-
-/// The one table a one-table atomic release (`RedbCatalog::atomic_release{,_raw}`) of
-/// `ident` returned.
-///
-/// # Errors
-/// The release's error as [`RestError::of_table`] gives it; `Unexpected` when the release
-/// returned no table.
-pub(super) fn released_table(
-    ident: &TableIdent,
-    released: iceberg::Result<Vec<iceberg::table::Table>>,
-) -> Result<iceberg::table::Table, RestError> {
-    released
-        .map_err(|e| RestError::of_table(ident, e))?
-        .pop()
-        .ok_or_else(|| RestError::Catalog {
-            name: ident.to_string(),
-            source: Box::new(iceberg::Error::new(
-                ErrorKind::Unexpected,
-                "release returned no table",
-            )),
-        })
-}

@@ -15,7 +15,7 @@
 //!
 //! The evolved schema is what the stream's batches are conformed to and its data files
 //! written with; the stream's first commit carries `AddSchema` + `SetCurrentSchema`
-//! together with its fast append, in ONE catalog commit (one redb transaction), required
+//! together with its append, in ONE catalog commit (one redb transaction), required
 //! to apply on the schema the stream started from ([`stage_evolving_append`]).
 
 use std::collections::HashMap;
@@ -27,13 +27,12 @@ use iceberg::spec::{
     TableMetadataBuilder, Type,
 };
 use iceberg::table::Table;
-use iceberg::{Catalog, TableRequirement, TableUpdate};
+use iceberg::{TableRequirement, TableUpdate};
 
 use super::WriteError;
 use super::append::stage_append;
-use super::ingest::table_commit_lock;
 use super::schema::iceberg_schema_for;
-use crate::catalog::{RedbCatalog, run_blocking_io};
+use crate::catalog::{CommitTarget, RedbCatalog, run_blocking_io};
 
 /// skade's table property that lets a stream evolve the table's schema (`true`; any other
 /// value or none: off, the schema never changes on ingest).
@@ -175,30 +174,21 @@ fn shift_ids(field: &NestedFieldRef, offset: i32) -> NestedFieldRef {
     Arc::new(out)
 }
 
-/// A handle of `table` whose current schema is `change`'s (nothing is written): what
-/// the fast append of the evolving commit is staged on, so its manifests carry the
-/// evolved schema.
+/// A handle of `table` (the table as it stands at commit) whose current schema is
+/// `change`'s, rebased onto `table`'s current schema when that moved ([`rebase`]), with
+/// nothing written: what the append of the evolving commit is staged on, so its
+/// manifests carry the evolved schema. Returns the handle and the change to commit.
 ///
 /// # Errors
-/// `CatalogCommitConflicts` (not retryable) when `table`'s current schema is no longer
-/// the one the change was planned on; iceberg's error when the schema cannot be added.
+/// `CatalogCommitConflicts` (not retryable) when `table`'s schema moved in a way the
+/// change cannot be rebased onto ([`rebase`]); iceberg's error when the schema cannot be
+/// added.
 pub fn evolved_handle(
     catalog: &RedbCatalog,
     table: &Table,
     change: &SchemaChange,
-) -> iceberg::Result<Table> {
-    let current = table.metadata().current_schema_id();
-    if current != change.base_schema_id {
-        return Err(iceberg::Error::new(
-            iceberg::ErrorKind::CatalogCommitConflicts,
-            format!(
-                "table {}: its schema changed (id {} → {current}) while this stream was \
-                 evolving it; retry the stream",
-                table.identifier(),
-                change.base_schema_id
-            ),
-        ));
-    }
+) -> iceberg::Result<(Table, SchemaChange)> {
+    let change = rebase(table, change)?;
     let metadata = TableMetadataBuilder::new_from_metadata(
         table.metadata().clone(),
         table.metadata_location().map(str::to_string),
@@ -206,7 +196,102 @@ pub fn evolved_handle(
     .add_current_schema(change.schema.as_ref().clone())?
     .build()?
     .metadata;
-    catalog.handle_with_metadata(table, metadata)
+    Ok((catalog.handle_with_metadata(table, metadata)?, change))
+}
+
+/// `change` made to apply on `table`'s current schema — the policy for an evolving
+/// commit whose table's schema moved (e.g. a REST `updateTable`) after the stream planned
+/// its change. The stream's data files are already written with `change.schema`'s field
+/// ids, so a rebase is possible exactly when those ids still mean the same columns:
+/// - every column the stream added (a field id the base schema does not have) has an id
+///   above the table's `last-column-id` now (no column was added since, so the ids are
+///   still free), and no column of that name exists now;
+/// - every other column of the stream has, in the current schema, the same type, a type
+///   the stream's promotes to (the promotion is kept), or a type that promotes the
+///   stream's (the current type is kept: the files read as it, Iceberg spec "Schema
+///   Evolution");
+/// - the current schema's other changes (renames, docs, columns dropped, other
+///   promotions) are kept as they are (the files are read by field id).
+///
+/// Returns `change` itself when the schema did not move; the rebased change (on the
+/// current schema id) otherwise.
+///
+/// # Errors
+/// `CatalogCommitConflicts`, not retryable, naming the column that cannot be rebased
+/// (or the missing base schema): the stream must be retried.
+pub fn rebase(table: &Table, change: &SchemaChange) -> iceberg::Result<SchemaChange> {
+    let metadata = table.metadata();
+    let current = metadata.current_schema();
+    if current.schema_id() == change.base_schema_id {
+        return Ok(change.clone());
+    }
+    let conflict = |why: String| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::CatalogCommitConflicts,
+            format!(
+                "table {}: its schema changed (id {} → {}) while this stream was evolving                  it, and {why}; retry the stream",
+                table.identifier(),
+                change.base_schema_id,
+                current.schema_id()
+            ),
+        )
+    };
+    let Some(base) = metadata.schema_by_id(change.base_schema_id) else {
+        return Err(conflict("the schema it started from is gone".to_string()));
+    };
+    let mut fields: Vec<NestedFieldRef> = current.as_struct().fields().to_vec();
+    for field in change.schema.as_struct().fields() {
+        if base.field_by_id(field.id).is_none() {
+            if field.id <= metadata.last_column_id() {
+                return Err(conflict(format!(
+                    "the id of its new column {:?} was given to another column meanwhile",
+                    field.name
+                )));
+            }
+            if current.field_by_name(&field.name).is_some() {
+                return Err(conflict(format!(
+                    "a column {:?} was added meanwhile",
+                    field.name
+                )));
+            }
+            fields.push(field.clone());
+            continue;
+        }
+        let Some(position) = fields.iter().position(|f| f.id == field.id) else {
+            continue; // dropped meanwhile: the files' column is not read
+        };
+        let now = &fields[position];
+        if now.field_type == field.field_type
+            || promotion(&field.field_type, &now.field_type).is_some()
+        {
+            continue;
+        }
+        if let Some(promoted) = promotion(&now.field_type, &field.field_type) {
+            let mut kept = now.as_ref().clone();
+            kept.field_type = Box::new(Type::Primitive(promoted));
+            fields[position] = Arc::new(kept);
+            continue;
+        }
+        return Err(conflict(format!(
+            "column {:?} is now {} where the stream writes {}",
+            now.name, now.field_type, field.field_type
+        )));
+    }
+    let next_id = metadata
+        .schemas_iter()
+        .map(|s| s.schema_id())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let schema = Schema::builder()
+        .with_schema_id(next_id)
+        .with_identifier_field_ids(current.identifier_field_ids())
+        .with_fields(fields)
+        .build()?;
+    Ok(SchemaChange {
+        base_schema_id: current.schema_id(),
+        schema: Arc::new(schema),
+    })
 }
 
 /// Stages `data_files` as one fast append on `evolved` (from [`evolved_handle`]) that
@@ -236,14 +321,15 @@ pub async fn stage_evolving_append(
     Ok((requirements, updates))
 }
 
-/// Commits `data_files` to `table` as one fast append that also makes `change` the
-/// current schema, in ONE catalog commit (one redb transaction), taking this process's
-/// commit turn on the table like [`super::ingest::commit_files_with`].
+/// Commits `data_files` to `table` as one append that also makes `change` the current
+/// schema, in ONE catalog commit (one redb transaction), through the catalog's commit
+/// driver ([`RedbCatalog::commit`]) — the same turn, checks and conflict policy as a
+/// plain append ([`super::ingest::commit_files_with`]).
 ///
 /// # Errors
-/// [`WriteError::Catalog`]: `CatalogCommitConflicts` when the table's schema or its
-/// snapshot moved in a way this commit cannot build on (another process's commit, a
-/// schema changed meanwhile), or a storage failure. Nothing is committed then.
+/// [`WriteError::Catalog`]: `CatalogCommitConflicts` (not retryable) when the table's
+/// schema changed since the change was planned, or its partition spec; a conflict that
+/// outlasted the driver's retries; or a storage failure. Nothing is committed then.
 ///
 /// # Cancel safety
 /// As [`super::ingest::commit_files`].
@@ -254,34 +340,19 @@ pub async fn commit_evolving(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Table, WriteError> {
-    let ident = table.identifier().clone();
-    let lock = table_commit_lock(table.metadata().uuid());
-    let _turn = lock.lock().await;
-    let current = catalog
-        .load_table(&ident)
+    let target = CommitTarget::data(table);
+    let (files, properties) = (&data_files, &properties);
+    catalog
+        .commit_one(&target, move |current| {
+            let (files, properties) = (files.clone(), properties.clone());
+            Box::pin(async move {
+                let (evolved, change) = evolved_handle(catalog, &current, change)?;
+                run_blocking_io(async move {
+                    stage_evolving_append(evolved, &change, files, properties).await
+                })
+                .await
+            })
+        })
         .await
-        .map_err(|e| WriteError::catalog(&ident, e))?;
-    super::ingest::same_table(table, &current)?;
-    super::ingest::same_spec(table, &current)?;
-    let evolved =
-        evolved_handle(catalog, &current, change).map_err(|e| WriteError::catalog(&ident, e))?;
-    let change_owned = change.clone();
-    let (requirements, updates) = run_blocking_io(async move {
-        stage_evolving_append(evolved, &change_owned, data_files, properties).await
-    })
-    .await
-    .map_err(|e| WriteError::catalog(&ident, e))?;
-    let mut tables = catalog
-        .atomic_release_raw(vec![(ident.clone(), requirements, updates)])
-        .await
-        .map_err(|e| WriteError::catalog(&ident, e))?;
-    tables.pop().ok_or_else(|| {
-        WriteError::catalog(
-            &ident,
-            iceberg::Error::new(
-                iceberg::ErrorKind::Unexpected,
-                "the release returned no table",
-            ),
-        )
-    })
+        .map_err(|e| WriteError::catalog(table.identifier(), e))
 }

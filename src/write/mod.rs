@@ -5,20 +5,24 @@
 //!   encode as rows arrive, and [`ingest_pipelined_overlap_stream_evolving`] (the
 //!   stream form of [`ingest_pipelined_overlap`]) writes them while its committer,
 //!   beside the writer, commits every few files (one merge append each, [`mod@append`]'s
-//!   [`stage_append`], through a one-table
-//!   [`crate::catalog::RedbCatalog::atomic_release_raw`]).
+//!   [`stage_append`], through the catalog's commit driver
+//!   [`crate::catalog::RedbCatalog::commit`]).
 //! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
 //!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
 //!   [`ingest_multi`]: a merge append per table, every table in ONE redb write transaction
-//!   ([`crate::catalog::RedbCatalog::atomic_release`], `atomic_release_raw` plus the
-//!   creation of tables the transaction made).
+//!   (one run of the commit driver over every table, creating those the transaction
+//!   made).
 //!
 //! The design notes' other entry points stay public as the library API their tests pin
 //! (`docs/design/`): [`fn@append`] and [`ingest_parallel`] (one snapshot from collected
 //! groups), [`ingest_pipelined`] (the serial baseline the overlap is compared with),
 //! [`ingest_pipelined_overlap`] (the overlap over collected groups, a thin wrapper of the
 //! stream form), [`encode_pipelined`] and [`encode_and_write_files`], and [`ingest_multi`]
-//! over collected groups.
+//! over collected groups. They take skade's catalog ([`crate::catalog::RedbCatalog`], the
+//! notes' `catalog`) and commit exactly as the server's lanes do — a merge append through
+//! the catalog's commit driver — so the notes' tests pin the code the server runs. There
+//! is no commit path over a plain `iceberg::Catalog`: a library caller with one commits
+//! through iceberg's own transactions.
 //!
 //! Modules:
 //! - [`batcher`]: conform → reserve budget → encode as rows arrive → hand on full files.
@@ -37,8 +41,8 @@
 //!   table maintenance.
 //! - [`stage`]: iceberg's fast append's `(requirements, updates)` without moving the
 //!   pointer.
-//! - [`ingest`]: the primitives every lane shares (file names and writes, a fast-append
-//!   commit, the per-table commit turn) and the single-commit lanes.
+//! - [`ingest`]: the primitives every lane shares (file names and writes, the one-table
+//!   append commit) and the single-commit lanes.
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
 //! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `commit_staged`).
 //! - [`budget`]: the shared memory budget for rows in flight.
@@ -72,12 +76,11 @@ pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
 pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
 pub use ingest::{
-    FileNames, IngestStats, append, commit_files, encode, ingest_parallel, table_commit_lock,
+    FileNames, IngestStats, append, commit_files, commit_files_with, encode, ingest_parallel,
     write_file, write_files,
 };
 pub use multi::{
-    COMMIT_RETRIES, StagedTable, commit_staged, commit_staged_with, encode_and_write_files,
-    ingest_multi,
+    StagedTable, commit_staged, commit_staged_with, encode_and_write_files, ingest_multi,
 };
 pub use partition::{PartitionTuple, Partitioner};
 pub use pipeline::{

@@ -10,6 +10,11 @@
 //!   submission order, from a bounded channel while later files are still being encoded
 //!   and written, so each commit's fsync overlaps the next files' writes (§f1).
 //!
+//! Every commit is the server's: a merge append through the catalog's commit driver
+//! ([`commit_files_with`], or [`commit_evolving`] for an evolving stream's first commit),
+//! whichever entry point runs it — the design note's `ingest_pipelined_overlap` commits
+//! exactly as Lane 1's `DoPut` does.
+//!
 //! Failure contract (§f3): not atomic across commits. Commits already made stay; an error
 //! ends the pipeline at its next await, and an un-committed redb transaction rolls back,
 //! so no partial snapshot is ever visible.
@@ -19,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use futures::{Stream, StreamExt, TryStreamExt};
-use iceberg::Catalog;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use tokio::sync::mpsc;
@@ -29,8 +33,7 @@ use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
 use super::evolve::{SchemaChange, commit_evolving};
 use super::ingest::{
-    FileNames, IngestStats, commit_append, commit_files, commit_files_with, encode, write_file,
-    write_files,
+    FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
 };
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
@@ -125,7 +128,7 @@ pub async fn encode_pipelined(
 /// # Errors
 /// The first encode, write or commit error; commits made before it stay.
 pub async fn ingest_pipelined(
-    catalog: &dyn Catalog,
+    catalog: &RedbCatalog,
     table: &Table,
     groups: Vec<Vec<RecordBatch>>,
     files_per_commit: usize,
@@ -151,7 +154,7 @@ pub async fn ingest_pipelined(
 /// # Errors
 /// As [`ingest_pipelined_overlap_stream`].
 pub async fn ingest_pipelined_overlap(
-    catalog: &dyn Catalog,
+    catalog: &RedbCatalog,
     table: &Table,
     groups: Vec<Vec<RecordBatch>>,
     files_per_commit: usize,
@@ -192,7 +195,7 @@ pub async fn ingest_pipelined_overlap(
 /// Dropping the future cancels the pipeline: commits already made stay, a commit whose
 /// redb transaction had not committed is not visible.
 pub async fn ingest_pipelined_overlap_stream(
-    catalog: &dyn Catalog,
+    catalog: &RedbCatalog,
     table: &Table,
     segments: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
@@ -201,7 +204,7 @@ pub async fn ingest_pipelined_overlap_stream(
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     overlap(
-        Committer::Any(catalog),
+        catalog,
         table,
         segments,
         files_per_commit,
@@ -215,7 +218,7 @@ pub async fn ingest_pipelined_overlap_stream(
 
 /// [`ingest_pipelined_overlap_stream`] whose first commit also makes `change` the table's
 /// current schema (schema evolution on ingest, [`super::evolve`]): the schema change and
-/// the first files are ONE catalog commit; later commits are plain fast appends. With
+/// the first files are ONE catalog commit; later commits are plain appends. With
 /// `change` `None` it is exactly [`ingest_pipelined_overlap_stream`].
 ///
 /// # Errors
@@ -236,7 +239,7 @@ pub async fn ingest_pipelined_overlap_stream_evolving(
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
     overlap(
-        Committer::Redb(catalog),
+        catalog,
         table,
         segments,
         files_per_commit,
@@ -256,16 +259,6 @@ fn widen(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
     }
 }
 
-/// Where the overlapped committer commits: skade's catalog (merge appends through
-/// [`commit_append`], and the schema change of an evolving stream), or any catalog
-/// (iceberg's fast append through [`commit_files_with`], the design notes' library
-/// form).
-#[derive(Clone, Copy)]
-enum Committer<'a> {
-    Redb(&'a RedbCatalog),
-    Any(&'a dyn Catalog),
-}
-
 /// What the writer hands the committer, in submission order.
 enum Written {
     /// A written file, the producer sequences it holds, and whether a commit may end
@@ -276,7 +269,7 @@ enum Written {
 
 #[allow(clippy::too_many_arguments)]
 async fn overlap(
-    catalog: Committer<'_>,
+    catalog: &RedbCatalog,
     table: &Table,
     input: impl Stream<Item = Result<Segment, WriteError>> + Send,
     files_per_commit: usize,
@@ -334,7 +327,7 @@ async fn write_in_order(
 /// commits every `files_per_commit` files (at a commit boundary), at each
 /// [`Written::Commit`] and at the end.
 async fn commit_in_turn(
-    catalog: Committer<'_>,
+    catalog: &RedbCatalog,
     table: &Table,
     mut rx: mpsc::Receiver<Written>,
     files_per_commit: usize,
@@ -370,21 +363,13 @@ async fn commit_in_turn(
                 }
                 _ => HashMap::new(),
             };
-            table = match (catalog, evolve.take()) {
-                (Committer::Redb(redb), Some(change)) => {
-                    commit_evolving(redb, &table, &change, files, properties).await?
+            table = match evolve.take() {
+                Some(change) => {
+                    commit_evolving(catalog, &table, &change, files, properties).await?
                 }
-                (Committer::Redb(redb), None) => {
-                    commit_append(redb, &table, files, properties).await?
-                }
-                (Committer::Any(any), _) => {
-                    commit_files_with(any, &table, files, properties).await?
-                }
+                None => commit_files_with(catalog, &table, files, properties).await?,
             };
-            stats.rows += committed.rows;
-            stats.files += committed.files;
-            stats.bytes += committed.bytes;
-            stats.commits += 1;
+            stats.add(&committed);
             on_commit(&CommitReport {
                 table: table.clone(),
                 committed,

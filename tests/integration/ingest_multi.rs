@@ -369,9 +369,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
     )
     .await
     .unwrap();
-    let err = write::commit_staged(&f.catalog, staged, write::COMMIT_RETRIES)
-        .await
-        .unwrap_err();
+    let err = write::commit_staged(&f.catalog, staged).await.unwrap_err();
     assert!(err.to_string().contains("created concurrently"), "{err}");
     assert!(!f.catalog.table_exists(&fresh("t1")).await.unwrap());
     assert_eq!(f.catalog.commit_count(), 0);
@@ -397,9 +395,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
         stage(t3.clone(), groups_for(&t3, 1)).await,
         stage(t4.clone(), vec![]).await,
     ];
-    let (tables, stats) = write::commit_staged(&f.catalog, staged, write::COMMIT_RETRIES)
-        .await
-        .unwrap();
+    let (tables, stats) = write::commit_staged(&f.catalog, staged).await.unwrap();
     assert_eq!(stats.commits, 1);
     assert_eq!(stats.rows, 1500);
     assert_eq!(f.catalog.commit_count(), 1);

@@ -12,6 +12,7 @@ mod common;
 
 mod bad_input;
 mod catalog;
+mod commit_policy;
 mod concurrency;
 mod evolved_compaction;
 mod exactly_once;

@@ -1,0 +1,428 @@
+//! The one commit driver: every commit of this process — both ingest lanes, the library's
+//! `ingest_*` entry points, table maintenance, the REST catalog's metadata commits and
+//! table creation, and the `iceberg::Catalog` face — runs [`RedbCatalog::commit`] (or
+//! [`RedbCatalog::commit_in_turn`] when the caller already holds the turns).
+//!
+//! Modelled on iceberg-rust's `Transaction::commit` / `do_commit` (a retry policy around
+//! one attempt: refresh → re-apply → `update_table`), with the table's *commit turn* in
+//! front of it:
+//! 1. take this process's commit turn on every table ([`RedbCatalog::commit_turns`], in
+//!    uuid order so two multi-table commits never deadlock);
+//! 2. load every table as it stands (a pointer read first: the caller's handle is used
+//!    when it is still current);
+//! 3. check each is the table the caller built for (same uuid: a table dropped and
+//!    created again under its name is another table) and, for data commits, still has the
+//!    partition spec the data files were split by;
+//! 4. run the caller's `stage(&current)` — the only part that differs between callers;
+//! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
+//!    transaction, group-committed);
+//! 6. on a retryable conflict of the release, go back to 2 under [`COMMIT_POLICY`].
+//!
+//! # The policy, the same for every caller
+//! - A conflict *of the release* that iceberg marks retryable (a requirement failed or a
+//!   pointer moved between the load and the flip: a commit from outside this process, as
+//!   every commit inside it waits for its turn) is staged again on the tables as they
+//!   now stand, at most [`COMMIT_RETRIES`] times, waiting [`RETRY_BASE_WAIT`] before the
+//!   first re-stage and twice as long before each further one (20, 40, 80, 160 ms) — the
+//!   count of iceberg's `commit.retry.num-retries` default, Java's exponential backoff.
+//! - An error of `stage` is never retried: the stage saw the table as it stands and
+//!   refused to build on it. This is how callers that commit *someone else's*
+//!   requirements (a REST `updateTable`, the `iceberg::Catalog` face) refuse a failed
+//!   requirement at once, as Java's `CatalogHandlers.commit` does (validation failures
+//!   are not retried; only the commit's compare-and-swap is).
+//! - A stage that returns `None` commits nothing: the caller *gives way*. Table
+//!   maintenance re-plans on every attempt and gives way when the plan on the table as it
+//!   stands is empty (e.g. compaction's inputs were replaced meanwhile) — an append is
+//!   never overwritten, and a maintenance change whose plan still holds lands instead of
+//!   waiting for the next pass ([`Outcome::Unchanged`] says whether a conflict preceded).
+//! - Anything else (storage, a table to create that exists, a dropped table) fails the
+//!   commit with nothing committed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::future::{BoxFuture, try_join_all};
+use iceberg::table::Table;
+use iceberg::{Catalog, Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use tokio::sync::OwnedMutexGuard;
+
+use super::{RedbCatalog, Release};
+
+/// Times a commit is staged again after a retryable conflict of its release before it
+/// fails with the conflict: iceberg's `commit.retry.num-retries` default.
+pub const COMMIT_RETRIES: u32 = 4;
+
+/// The wait before the first re-stage; it doubles before each further one.
+pub const RETRY_BASE_WAIT: Duration = Duration::from_millis(20);
+
+/// The driver's retry policy (module docs): count and first wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitPolicy {
+    /// Re-stages after a retryable conflict before failing.
+    pub retries: u32,
+    /// Wait before the first re-stage; doubled before each further one.
+    pub base_wait: Duration,
+}
+
+/// The one policy every commit runs under.
+pub const COMMIT_POLICY: CommitPolicy = CommitPolicy {
+    retries: COMMIT_RETRIES,
+    base_wait: RETRY_BASE_WAIT,
+};
+
+impl CommitPolicy {
+    /// The wait before re-stage number `attempt` (1-based).
+    fn wait(&self, attempt: u32) -> Duration {
+        self.base_wait * 2u32.saturating_pow(attempt.saturating_sub(1))
+    }
+}
+
+/// One table a commit is built for.
+#[derive(Debug, Clone)]
+pub enum CommitTarget {
+    /// A table in the catalog, as the caller's handle saw it. The commit lands only in the
+    /// same table (same uuid); with `same_spec`, only while its default partition spec is
+    /// still the handle's (data files carry the spec they were split by).
+    Existing {
+        /// The caller's handle.
+        table: Table,
+        /// Whether the default partition spec must be unchanged (data commits).
+        same_spec: bool,
+    },
+    /// A table the commit creates, planned by [`RedbCatalog::plan_table`].
+    Create(Table),
+}
+
+impl CommitTarget {
+    /// A commit of data files written for `table` (uuid and partition spec checked).
+    pub fn data(table: &Table) -> Self {
+        Self::Existing {
+            table: table.clone(),
+            same_spec: true,
+        }
+    }
+
+    /// A metadata commit on `table` (uuid checked; the partition spec may change).
+    pub fn metadata(table: &Table) -> Self {
+        Self::Existing {
+            table: table.clone(),
+            same_spec: false,
+        }
+    }
+
+    /// The caller's handle (or the planned table).
+    pub fn table(&self) -> &Table {
+        match self {
+            Self::Existing { table, .. } | Self::Create(table) => table,
+        }
+    }
+}
+
+/// One table's staged commit: the requirements its base must still meet and the updates
+/// to apply, in [`CommitTarget`] order.
+pub type Staged = (Vec<TableRequirement>, Vec<TableUpdate>);
+
+/// What a stage returns: `None` to give way (commit nothing), or every target's staged
+/// commit with a value the caller wants back (e.g. what its plan counted).
+pub type StageResult<T> = Result<Option<(Vec<Staged>, T)>>;
+
+/// How a driven commit ended (errors aside).
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// Committed: the tables after the commit (in target order) and the stage's value.
+    Committed(Vec<Table>, T),
+    /// The stage gave way; nothing was committed. `after_conflict`: a conflict of an
+    /// earlier attempt preceded (the caller's change was overtaken), else the first
+    /// stage found nothing to commit.
+    Unchanged {
+        /// Whether an earlier attempt's release conflicted.
+        after_conflict: bool,
+    },
+}
+
+impl<T> Outcome<T> {
+    /// The committed tables, or `None` when the stage gave way.
+    pub fn committed(self) -> Option<(Vec<Table>, T)> {
+        match self {
+            Self::Committed(tables, value) => Some((tables, value)),
+            Self::Unchanged { .. } => None,
+        }
+    }
+}
+
+/// This process's commit turns on some tables, held until dropped ([`RedbCatalog::commit_turns`]).
+#[derive(Debug)]
+#[must_use = "dropping the turns lets other commits of the tables run"]
+pub struct CommitTurns {
+    uuids: Vec<uuid::Uuid>,
+    _held: Vec<OwnedMutexGuard<()>>,
+}
+
+impl CommitTurns {
+    fn covers(&self, uuid: uuid::Uuid) -> bool {
+        self.uuids.binary_search(&uuid).is_ok()
+    }
+}
+
+/// The per-table locks behind the commit turns, by table uuid.
+///
+/// Snapshot history is linear, so commits to one table cannot run in parallel anyway;
+/// taking turns in-process means concurrent commits to one table never race on the
+/// catalog's compare-and-swap (and never write manifests that a lost race throws away).
+#[derive(Debug, Default)]
+pub(super) struct Turns {
+    locks: Mutex<HashMap<uuid::Uuid, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl Turns {
+    fn lock_of(&self, uuid: uuid::Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(lock) = locks.get(&uuid).and_then(Weak::upgrade) {
+            return lock;
+        }
+        if locks.len() >= 1024 {
+            locks.retain(|_, lock| lock.strong_count() > 0);
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(uuid, Arc::downgrade(&lock));
+        lock
+    }
+}
+
+impl RedbCatalog {
+    /// Takes this process's commit turn on every table in `tables` (by uuid, in uuid
+    /// order, so two callers taking several turns cannot deadlock), waiting for commits
+    /// of those tables already under way. While held, no other commit of this process
+    /// moves those tables; commits from elsewhere are still caught by the release's
+    /// compare-and-swap. Also what a drop or rename waits on (REST DDL).
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes takes no turn.
+    pub async fn commit_turns<'t>(
+        &self,
+        tables: impl IntoIterator<Item = &'t Table>,
+    ) -> CommitTurns {
+        let mut uuids: Vec<uuid::Uuid> = tables.into_iter().map(|t| t.metadata().uuid()).collect();
+        uuids.sort_unstable();
+        uuids.dedup();
+        let mut held = Vec::with_capacity(uuids.len());
+        for &uuid in &uuids {
+            held.push(self.turns.lock_of(uuid).lock_owned().await);
+        }
+        CommitTurns { uuids, _held: held }
+    }
+
+    /// Runs one commit of `targets` through the driver (module docs): takes their turns,
+    /// then [`Self::commit_in_turn`]. `stage` is called with the tables as they stand
+    /// (in target order; a planned table for a [`CommitTarget::Create`]) on every
+    /// attempt and returns each target's `(requirements, updates)`, or `None` to give way.
+    ///
+    /// # Errors
+    /// As [`Self::commit_in_turn`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future before the release's redb transaction commits commits
+    /// nothing; once queued in the group commit it commits with its batch.
+    pub async fn commit<'a, T>(
+        &'a self,
+        targets: &'a [CommitTarget],
+        stage: impl FnMut(Vec<Table>) -> BoxFuture<'a, StageResult<T>> + Send + 'a,
+    ) -> Result<Outcome<T>> {
+        let turns = self
+            .commit_turns(targets.iter().map(CommitTarget::table))
+            .await;
+        self.commit_in_turn(&turns, targets, stage).await
+    }
+
+    /// [`Self::commit`] by a caller that already holds the targets' turns (table
+    /// maintenance, which plans under its turn).
+    ///
+    /// # Errors
+    /// - `TableNotFound` naming the table when a target is no longer in the catalog, or
+    ///   another table (another uuid) now has its name;
+    /// - `CatalogCommitConflicts`, not retryable, when a data commit's table changed its
+    ///   default partition spec;
+    /// - the stage's error, unretried;
+    /// - the release's error ([`Self::atomic_release`]): a retryable conflict that
+    ///   outlasted [`COMMIT_POLICY`], `TableAlreadyExists`, `PreconditionFailed` (a
+    ///   producer's mark), or a storage failure;
+    /// - `Unexpected` when `turns` does not cover every target (a caller's bug).
+    ///
+    /// Nothing is committed on any error.
+    ///
+    /// # Cancel safety
+    /// As [`Self::commit`].
+    pub async fn commit_in_turn<'a, T>(
+        &'a self,
+        turns: &CommitTurns,
+        targets: &'a [CommitTarget],
+        mut stage: impl FnMut(Vec<Table>) -> BoxFuture<'a, StageResult<T>> + Send + 'a,
+    ) -> Result<Outcome<T>> {
+        if let Some(target) = targets
+            .iter()
+            .find(|t| !turns.covers(t.table().metadata().uuid()))
+        {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                format!(
+                    "commit of table {} without its commit turn",
+                    target.table().identifier()
+                ),
+            ));
+        }
+        let policy = COMMIT_POLICY;
+        let mut attempt = 0;
+        loop {
+            // The first attempt builds on the caller's handles where they are still
+            // current; after a conflict every table is loaded again.
+            let current = self.load_current(targets, attempt == 0).await?;
+            for (target, current) in targets.iter().zip(&current) {
+                if let CommitTarget::Existing { table, same_spec } = target {
+                    same_table(table, current)?;
+                    if *same_spec {
+                        check_spec(table, current)?;
+                    }
+                }
+            }
+            let Some((staged, value)) = stage(current.clone()).await? else {
+                return Ok(Outcome::Unchanged {
+                    after_conflict: attempt > 0,
+                });
+            };
+            if staged.len() != targets.len() {
+                return Err(Error::new(
+                    ErrorKind::Unexpected,
+                    format!(
+                        "a commit of {} tables staged {} of them",
+                        targets.len(),
+                        staged.len()
+                    ),
+                ));
+            }
+            let batch = targets
+                .iter()
+                .zip(current)
+                .zip(staged)
+                .map(|((target, table), (requirements, updates))| match target {
+                    CommitTarget::Existing { .. } => {
+                        Release::Advance((table.identifier().clone(), requirements, updates))
+                    }
+                    CommitTarget::Create(_) => Release::Create {
+                        table,
+                        requirements,
+                        updates,
+                    },
+                })
+                .collect();
+            match self.atomic_release(batch).await {
+                Ok(tables) => return Ok(Outcome::Committed(tables, value)),
+                Err(e)
+                    if e.kind() == ErrorKind::CatalogCommitConflicts
+                        && e.retryable()
+                        && attempt < policy.retries =>
+                {
+                    attempt += 1;
+                    tracing::debug!(attempt, error = %e, "commit conflict, staging again");
+                    tokio::time::sleep(policy.wait(attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Self::commit`] of one table that must commit (a stage that gives way is a
+    /// caller's bug here): the table after the commit.
+    ///
+    /// # Errors
+    /// As [`Self::commit`]; `Unexpected` when the stage gave way.
+    pub async fn commit_one<'a>(
+        &'a self,
+        target: &'a CommitTarget,
+        mut stage: impl FnMut(Table) -> BoxFuture<'a, Result<Staged>> + Send + 'a,
+    ) -> Result<Table> {
+        let outcome = self
+            .commit(std::slice::from_ref(target), move |mut tables| {
+                let table = tables.pop();
+                match table {
+                    Some(table) => {
+                        let staged = stage(table);
+                        Box::pin(async move { Ok(Some((vec![staged.await?], ()))) })
+                    }
+                    None => Box::pin(async { Ok(None) }),
+                }
+            })
+            .await?;
+        outcome
+            .committed()
+            .and_then(|(mut tables, ())| tables.pop())
+            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the commit returned no table"))
+    }
+
+    /// Every target's table as it stands, all at once: a planned table as given; an
+    /// existing one as the caller's handle when `reuse` and its pointer has not moved,
+    /// else loaded.
+    async fn load_current(&self, targets: &[CommitTarget], reuse: bool) -> Result<Vec<Table>> {
+        try_join_all(targets.iter().map(|target| async move {
+            let table = match target {
+                CommitTarget::Create(planned) => return Ok(planned.clone()),
+                CommitTarget::Existing { table, .. } => table,
+            };
+            let ident = table.identifier();
+            if reuse {
+                let at = self.metadata_location(ident).await?;
+                if table.metadata_location() == Some(at.as_str()) {
+                    return Ok(table.clone());
+                }
+            }
+            self.load_table(ident).await
+        }))
+        .await
+    }
+}
+
+/// Checks that `current` (the table as it stands under this name) is the table `written`
+/// was loaded as: a table dropped and created again under the same name while a write
+/// was open is another table (another uuid), and the commit must not land in it.
+///
+/// # Errors
+/// `TableNotFound` naming the table.
+fn same_table(written: &Table, current: &Table) -> Result<()> {
+    if written.metadata().uuid() == current.metadata().uuid() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::TableNotFound,
+        format!(
+            "table {} was dropped (and another table created under its name) while \
+             these rows were being written; nothing of them is committed",
+            written.identifier()
+        ),
+    ))
+}
+
+/// Checks that `current` still has the default partition spec of `written` (the handle
+/// the data files were written for): a data file carries the spec it was split by, and
+/// an append takes files of the default spec only.
+///
+/// # Errors
+/// `CatalogCommitConflicts` (not retryable) naming both spec ids.
+fn check_spec(written: &Table, current: &Table) -> Result<()> {
+    let (was, now) = (
+        written.metadata().default_partition_spec_id(),
+        current.metadata().default_partition_spec_id(),
+    );
+    if was == now {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::CatalogCommitConflicts,
+        format!(
+            "the table's partition spec changed (id {was} → {now}) after these rows were \
+             split by the old one; nothing of them is committed: retry the write"
+        ),
+    ))
+}
