@@ -38,6 +38,31 @@ impl RedbCatalog {
         Ok(tables)
     }
 
+    /// The first table (in key order) whose current metadata location is not below the
+    /// warehouse root ([`super::Warehouse::holds`]), with that location; `None` when
+    /// every table is. Such a table was written to another warehouse (e.g. the data dir
+    /// served a local warehouse before `--warehouse s3://...`): its files cannot be read
+    /// or written through this warehouse's storage.
+    ///
+    /// # Errors
+    /// `Unexpected` for redb failures.
+    pub async fn first_table_outside_warehouse(&self) -> Result<Option<(TableIdent, String)>> {
+        let warehouse = self.warehouse.clone();
+        self.read(move |txn| {
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            for row in tables.iter().map_err(redb_error)? {
+                let (key, location) = row.map_err(redb_error)?;
+                let location = location.value();
+                if !warehouse.holds(location) {
+                    let ident = TableIdent::from_strs(split_key(key.value()))?;
+                    return Ok(Some((ident, location.to_string())));
+                }
+            }
+            Ok(None)
+        })
+        .await
+    }
+
     /// The table's current metadata location, as stored in redb.
     ///
     /// # Errors
