@@ -40,8 +40,17 @@ const READY_REASON_MAX_BYTES: usize = 240;
 #[derive(Debug)]
 struct Probe {
     service: Arc<Service>,
-    /// The last check's result and when it finished; one check runs at a time.
-    last: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    state: tokio::sync::Mutex<ProbeState>,
+}
+
+/// The readiness checks of one server: at most one runs at a time.
+#[derive(Debug, Default)]
+struct ProbeState {
+    /// The last answer and when it was given.
+    last: Option<(Instant, Result<(), String>)>,
+    /// A check that outlived a probe's wait; the next probe waits for it again instead of
+    /// starting another one beside it.
+    running: Option<tokio::task::JoinHandle<Result<(), String>>>,
 }
 
 /// The router served on `--metrics-addr`: metrics, liveness and readiness, plus the
@@ -51,8 +60,16 @@ pub fn router(service: Arc<Service>, tokens: Option<Arc<crate::auth::Tokens>>) -
     let catalog = service.catalog.clone();
     let probe = Arc::new(Probe {
         service,
-        last: tokio::sync::Mutex::new(None),
+        state: tokio::sync::Mutex::default(),
     });
+    // The first check pays for setting up the storage client (its HTTP client, TLS
+    // roots, credentials): start it now, so the first probe mostly finds it done.
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let warm = probe.clone();
+        tokio::spawn(async move {
+            let _ = warm.ready().await;
+        });
+    }
     Router::new()
         .route("/", get(index))
         .route("/metrics", get(render_metrics))
@@ -104,28 +121,36 @@ async fn readyz(State(probe): State<Arc<Probe>>) -> (StatusCode, String) {
 
 impl Probe {
     /// The readiness result: `shutting down` at once once shutdown began; else the last
-    /// check's result while it is younger than [`READY_CACHE_TTL`], or a new check
-    /// bounded by [`READY_CHECK_TIMEOUT`].
+    /// answer while it is younger than [`READY_CACHE_TTL`]; else the answer of a check
+    /// (the one still running, or a new one in its own task, so that a check blocking
+    /// its thread cannot hold the answer up) waited for at most [`READY_CHECK_TIMEOUT`].
     async fn ready(&self) -> Result<(), String> {
         if self.service.shutdown.is_cancelled() {
             return Err("shutting down".to_string());
         }
-        let mut last = self.last.lock().await;
-        if let Some((at, result)) = last.as_ref()
+        let mut state = self.state.lock().await;
+        if let Some((at, result)) = state.last.as_ref()
             && at.elapsed() < READY_CACHE_TTL
         {
             return result.clone();
         }
-        let result =
-            match tokio::time::timeout(READY_CHECK_TIMEOUT, check_ready(&self.service)).await {
-                Ok(result) => result.map_err(|reason| shorten(&reason)),
-                Err(_) => Err(format!(
+        let mut check = state.running.take().unwrap_or_else(|| {
+            let service = self.service.clone();
+            tokio::spawn(async move { check_ready(&service).await })
+        });
+        let result = match tokio::time::timeout(READY_CHECK_TIMEOUT, &mut check).await {
+            Ok(Ok(result)) => result.map_err(|reason| shorten(&reason)),
+            Ok(Err(e)) => Err(format!("the readiness check failed: {e}")),
+            Err(_) => {
+                state.running = Some(check);
+                Err(format!(
                     "the catalog or the warehouse {} did not answer within {} ms",
                     self.service.catalog.warehouse(),
                     READY_CHECK_TIMEOUT.as_millis()
-                )),
-            };
-        *last = Some((Instant::now(), result.clone()));
+                ))
+            }
+        };
+        state.last = Some((Instant::now(), result.clone()));
         result
     }
 }

@@ -795,7 +795,11 @@ async fn read_only_ids_may_be_left_out_of_requests() {
     assert_eq!(created.0, 200, "{}", created.1);
     let metadata = &created.1["metadata"];
     assert_eq!(metadata["default-sort-order-id"], json!(1), "{metadata}");
-    assert_eq!(metadata["sort-orders"][0]["order-id"], json!(1), "{metadata}");
+    assert_eq!(
+        metadata["sort-orders"][0]["order-id"],
+        json!(1),
+        "{metadata}"
+    );
     assert_eq!(metadata["default-spec-id"], json!(0), "{metadata}");
     assert_eq!(metadata["current-schema-id"], json!(0), "{metadata}");
 
