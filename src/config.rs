@@ -204,6 +204,14 @@ pub struct IngestConfig {
     #[arg(long, env = "SKADE_TARGET_FILE_SIZE", default_value = "128MiB", value_parser = parse_bytes)]
     pub target_file_size: u64,
 
+    /// Whether a put (Flight `DoPut`, or a Flight SQL ingest in mode `create_append`)
+    /// into a table that does not exist creates it (`true` or `false`). `false`: such a
+    /// put is `NotFound` naming the table; tables are created over the REST catalog or
+    /// by a Flight SQL ingest in mode `create`. A namespace's property
+    /// `skade.ingest.auto-create-tables` overrides it for the tables in it.
+    #[arg(long, env = "SKADE_AUTO_CREATE_TABLES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_tables: bool,
+
     /// Data files per snapshot on a streaming put.
     #[arg(long, env = "SKADE_FILES_PER_COMMIT", default_value = "4")]
     pub files_per_commit: NonZeroUsize,

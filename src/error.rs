@@ -38,6 +38,18 @@ pub enum Error {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// A put into a table that does not exist, where puts may not create tables
+    /// (`--auto-create-tables false`, or the namespace property
+    /// [`crate::flight::AUTO_CREATE_PROPERTY`] `false`).
+    #[error(
+        "table {table} does not exist, and puts do not create tables here ({setting}): create it over the REST catalog (or with Flight SQL mode \"create\"), or check the name"
+    )]
+    NoAutoCreate {
+        /// The table identifier as sent.
+        table: String,
+        /// What turned creation off, naming the flag or property.
+        setting: String,
+    },
     /// A Flight SQL transaction id this server never gave out (or forgot long ago).
     #[error("unknown transaction {id}")]
     NoTransaction {
@@ -187,7 +199,7 @@ impl Error {
                 WriteError::Task { .. } => Code::Internal,
             },
             Error::Catalog { source, .. } => iceberg_code(source),
-            Error::NoTransaction { .. } => Code::NotFound,
+            Error::NoTransaction { .. } | Error::NoAutoCreate { .. } => Code::NotFound,
             Error::TransactionEnded { .. }
             | Error::SequenceOutOfOrder { .. }
             | Error::SequencesExhausted { .. } => Code::FailedPrecondition,

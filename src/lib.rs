@@ -81,6 +81,23 @@ pub enum StartError {
         #[source]
         source: Box<iceberg::Error>,
     },
+    /// The catalog holds a table whose files are not under the configured warehouse
+    /// (the data dir was served with another `--warehouse`): its files cannot be read
+    /// or written through this warehouse's storage, so the server does not start.
+    #[error(
+        "the data dir {} holds the table {table} at {location}, which is not under the warehouse {warehouse} (--warehouse): serve this data dir with the --warehouse its tables were written to, or give this warehouse its own --data-dir",
+        .data_dir.display()
+    )]
+    TableOutsideWarehouse {
+        /// The `--data-dir`.
+        data_dir: PathBuf,
+        /// The configured warehouse root.
+        warehouse: String,
+        /// The first such table (dotted).
+        table: String,
+        /// Its current metadata location.
+        location: String,
+    },
     /// `--warehouse` (or an `--s3-*` flag) is not a usable warehouse.
     #[error("invalid warehouse: {reason}")]
     Warehouse {
@@ -217,7 +234,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics_listener = bind("--metrics-addr", &config.metrics_addr).await?;
     let flight_addr = local_addr(&flight_listener, "--flight-addr")?;
     let metrics_addr = local_addr(&metrics_listener, "--metrics-addr")?;
-    let service = open_service(&config, warehouse, tokens.clone())?;
+    let service = open_service(&config, warehouse, tokens.clone()).await?;
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
     flight::spawn_writer_expiry(Arc::downgrade(&service));
     let maintenance = config.maintenance.enabled.then(|| {
@@ -290,7 +307,7 @@ fn load_security(config: &Config) -> Result<Security, StartError> {
 /// # Errors
 /// [`StartError::Locked`], [`StartError::DataDir`] or [`StartError::Catalog`] from
 /// opening the catalog; [`StartError::Serve`] when SIGHUP cannot be listened for.
-fn open_service(
+async fn open_service(
     config: &Config,
     warehouse: catalog::Warehouse,
     tokens: Option<Arc<auth::Tokens>>,
@@ -301,6 +318,7 @@ fn open_service(
     }
     let warehouse = warehouse.with_object_store_metrics(metrics.object_store());
     let catalog = open_catalog(&config.data_dir, warehouse)?;
+    refuse_tables_outside_warehouse(&config.data_dir, &catalog).await?;
     metrics.count_catalog(catalog.commit_counts());
     if let Some(local) = catalog.warehouse().local_path() {
         error::hide_in_statuses(local, "<warehouse>");
@@ -492,6 +510,35 @@ fn open_catalog(
             }
         }
     })
+}
+
+/// Refuses a catalog holding a table whose metadata is not under its warehouse (see
+/// [`StartError::TableOutsideWarehouse`]): such a table cannot be loaded, so serving it
+/// would answer `ready` while its puts and reads fail.
+///
+/// # Errors
+/// [`StartError::TableOutsideWarehouse`] naming the first such table;
+/// [`StartError::Catalog`] when the catalog cannot be read.
+async fn refuse_tables_outside_warehouse(
+    data_dir: &std::path::Path,
+    catalog: &RedbCatalog,
+) -> Result<(), StartError> {
+    let outside = catalog
+        .first_table_outside_warehouse()
+        .await
+        .map_err(|source| StartError::Catalog {
+            path: data_dir.join("catalog.redb"),
+            source: Box::new(source),
+        })?;
+    match outside {
+        None => Ok(()),
+        Some((table, location)) => Err(StartError::TableOutsideWarehouse {
+            data_dir: data_dir.to_path_buf(),
+            warehouse: catalog.warehouse().root(),
+            table: table.to_string(),
+            location,
+        }),
+    }
 }
 
 /// Runs the service until `shutdown` resolves, then stops cleanly.

@@ -229,15 +229,25 @@ pub async fn collect_garbage_in(
         ..GcReport::default()
     };
     remove_orphans(&store, &locations, &referenced, options, &mut report).await?;
-    info!(
-        tables = report.tables,
-        referenced = report.referenced_files,
-        removed = report.removed.len(),
-        removed_bytes = report.removed_bytes,
-        young_orphans = report.young_orphans,
-        dry_run = options.dry_run,
-        "gc done"
-    );
+    if options.dry_run {
+        info!(
+            tables = report.tables,
+            referenced = report.referenced_files,
+            would_remove = report.removed.len(),
+            would_remove_bytes = report.removed_bytes,
+            young_orphans = report.young_orphans,
+            "gc dry run done: nothing removed"
+        );
+    } else {
+        info!(
+            tables = report.tables,
+            referenced = report.referenced_files,
+            removed = report.removed.len(),
+            removed_bytes = report.removed_bytes,
+            young_orphans = report.young_orphans,
+            "gc done"
+        );
+    }
     Ok(report)
 }
 
@@ -337,7 +347,12 @@ async fn remove_orphans(
                     report.young_orphans += 1;
                     continue;
                 }
-                debug!(path = %file.path.display(), bytes = file.size_bytes, dry_run = options.dry_run, "orphan removed");
+                let verb = if options.dry_run {
+                    "orphan would be removed"
+                } else {
+                    "orphan removed"
+                };
+                debug!(path = %file.path.display(), bytes = file.size_bytes, "{verb}");
                 report.removed_bytes += file.size_bytes;
                 doomed.push(file.path);
             }

@@ -38,6 +38,73 @@ impl RedbCatalog {
         Ok(tables)
     }
 
+    /// The first table (in key order) whose current metadata location is not below the
+    /// warehouse root ([`super::Warehouse::holds`]), with that location; `None` when
+    /// every table is. Such a table was written to another warehouse (e.g. the data dir
+    /// served a local warehouse before `--warehouse s3://...`): its files cannot be read
+    /// or written through this warehouse's storage.
+    ///
+    /// # Errors
+    /// `Unexpected` for redb failures.
+    pub async fn first_table_outside_warehouse(&self) -> Result<Option<(TableIdent, String)>> {
+        let warehouse = self.warehouse.clone();
+        self.read(move |txn| {
+            let tables = txn.open_table(TABLES).map_err(redb_error)?;
+            for row in tables.iter().map_err(redb_error)? {
+                let (key, location) = row.map_err(redb_error)?;
+                let location = location.value();
+                if !warehouse.holds(location) {
+                    let ident = TableIdent::from_strs(split_key(key.value()))?;
+                    return Ok(Some((ident, location.to_string())));
+                }
+            }
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Drops `ident` and removes its files (as a purge, `purge.rs`) when its pointer is
+    /// still `location`, i.e. nothing was committed into it since that metadata: what a
+    /// put that created the table and failed before its first commit leaves behind.
+    /// Returns whether it dropped; `false` when the table is gone or has moved on (another
+    /// writer committed into it, or a DDL changed it), which is then left alone.
+    ///
+    /// # Errors
+    /// The catalog's error loading or dropping the table; after the drop, a file that
+    /// cannot be removed (the table is gone from the catalog either way).
+    pub async fn drop_table_if_unchanged(
+        &self,
+        ident: &TableIdent,
+        location: &str,
+    ) -> Result<bool> {
+        let table = match self.load_table(ident).await {
+            Ok(table) => table,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let key = table_key(ident)?;
+        let (k, expected) = (key.clone(), location.to_string());
+        let dropped = self
+            .ddl(move |txn| {
+                let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
+                let current = tables
+                    .get(k.as_str())
+                    .map_err(redb_error)?
+                    .map(|v| v.value().to_string());
+                if current.as_deref() != Some(expected.as_str()) {
+                    return Ok(false);
+                }
+                tables.remove(k.as_str()).map_err(redb_error)?;
+                Ok(true)
+            })
+            .await?;
+        if dropped {
+            self.metadata.remove(&key);
+            super::purge::purge_files(self, &table).await?;
+        }
+        Ok(dropped)
+    }
+
     /// The table's current metadata location, as stored in redb.
     ///
     /// # Errors

@@ -160,6 +160,23 @@ impl Warehouse {
         }
     }
 
+    /// Whether `location` (a metadata, manifest or data file location as the catalog
+    /// stores it) lies below this warehouse's root: for a local warehouse a path (or
+    /// `file://` URL) under its directory, compared by path components; for S3 an
+    /// `s3://bucket/prefix/...` location under its prefix. Only such locations are read
+    /// and written through this warehouse's storage ([`Self::file_io`]).
+    pub fn holds(&self, location: &str) -> bool {
+        match self {
+            Self::Local(root) => super::gc::local_path(location).starts_with(root),
+            Self::S3(s3) => {
+                let root = s3.root();
+                location
+                    .strip_prefix(root.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+            }
+        }
+    }
+
     /// The default location of table `name` in `namespace`:
     /// `<root>/<namespace...>/<table>`.
     pub fn table_location<'a>(
@@ -273,6 +290,19 @@ mod tests {
         assert_eq!(w.table_location(&ns, "t"), "s3://b/p/q/ns/t");
         let bare = Warehouse::parse("s3://b", S3Options::default()).expect("parse");
         assert_eq!(bare.table_location(&ns, "t"), "s3://b/ns/t");
+    }
+
+    #[test]
+    fn holds_only_locations_below_the_root() {
+        let s3 = Warehouse::parse("s3://lake/skade", S3Options::default()).expect("parse");
+        assert!(s3.holds("s3://lake/skade/demo/people/metadata/00001.metadata.json"));
+        assert!(!s3.holds("s3://lake/skade2/demo/people/metadata/00001.metadata.json"));
+        assert!(!s3.holds("/data/warehouse/demo/people/metadata/00001.metadata.json"));
+        let local = Warehouse::Local(PathBuf::from("/data/warehouse"));
+        assert!(local.holds("/data/warehouse/demo/people/metadata/00001.metadata.json"));
+        assert!(local.holds("file:///data/warehouse/demo/people/metadata/1.metadata.json"));
+        assert!(!local.holds("/data/warehouse2/demo/people/metadata/1.metadata.json"));
+        assert!(!local.holds("s3://lake/skade/demo/people/metadata/1.metadata.json"));
     }
 
     #[test]

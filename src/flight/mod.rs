@@ -61,6 +61,48 @@ pub struct Service {
     pub tokens: Option<Arc<Tokens>>,
 }
 
+/// The namespace property saying whether puts may create tables in the namespace
+/// (`true` or `false`), overriding `--auto-create-tables` for its tables.
+pub const AUTO_CREATE_PROPERTY: &str = "skade.ingest.auto-create-tables";
+
+impl Service {
+    /// Whether a put may create `ident`, which does not exist: the property
+    /// [`AUTO_CREATE_PROPERTY`] of its namespace when set, else `--auto-create-tables`.
+    ///
+    /// # Errors
+    /// [`Error::NoAutoCreate`] (NotFound) naming the table and what turned creation off;
+    /// [`Error::BadRequest`] for a property that is neither `true` nor `false`; the
+    /// catalog's error reading the namespace.
+    pub(crate) async fn may_create_on_put(&self, ident: &iceberg::TableIdent) -> Result<(), Error> {
+        use iceberg::Catalog;
+        let namespace = ident.namespace();
+        let property = match self.catalog.get_namespace(namespace).await {
+            Ok(ns) => ns.properties().get(AUTO_CREATE_PROPERTY).cloned(),
+            Err(e) if e.kind() == iceberg::ErrorKind::NamespaceNotFound => None,
+            Err(e) => return Err(Error::catalog(ident, e)),
+        };
+        let setting = match property.as_deref().map(str::trim) {
+            None if self.config.auto_create_tables => return Ok(()),
+            None => "--auto-create-tables false".to_string(),
+            Some(v) if v.eq_ignore_ascii_case("true") => return Ok(()),
+            Some(v) if v.eq_ignore_ascii_case("false") => {
+                format!("namespace {namespace} has {AUTO_CREATE_PROPERTY}=false")
+            }
+            Some(other) => {
+                return Err(Error::BadRequest {
+                    reason: format!(
+                        "namespace {namespace}: property {AUTO_CREATE_PROPERTY}={other:?} must be true or false"
+                    ),
+                });
+            }
+        };
+        Err(Error::NoAutoCreate {
+            table: ident.to_string(),
+            setting,
+        })
+    }
+}
+
 /// The tonic `FlightService` over a shared [`Service`].
 #[derive(Debug, Clone)]
 pub struct SkadeFlight {

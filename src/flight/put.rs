@@ -73,9 +73,50 @@ pub(crate) async fn run(
             });
         }
     };
-    let table = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
-    let change = write::evolve::plan(&table, table.metadata().current_schema(), &schema)?;
-    let sequencer = sequencer_for(svc, writer, &ident).await?;
+    let (table, created) = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
+    let created_at = created
+        .then(|| table.metadata_location().map(str::to_string))
+        .flatten();
+    let outcome = append(svc, &ident, table, &schema, data, first, writer, acks).await;
+    if outcome.is_err()
+        && let Some(location) = created_at
+    {
+        remove_created_table(svc, &ident, &location).await;
+    }
+    outcome
+}
+
+/// Drops `ident`, which this put created and then failed on, when nothing was
+/// committed into it (its pointer is still the creation's `location`): a failed first
+/// put leaves no empty table. Best effort: a failure to drop is logged.
+async fn remove_created_table(svc: &Service, ident: &TableIdent, location: &str) {
+    match svc.catalog.drop_table_if_unchanged(ident, location).await {
+        Ok(true) => {
+            info!(table = %ident, "dropped the table this failed put created: nothing was committed into it")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(table = %ident, error = %e, "cannot drop the empty table this failed put created")
+        }
+    }
+}
+
+/// The rest of [`run`] once `table` is open: reads `data` (whose first batch is
+/// `first`) into it.
+#[allow(clippy::too_many_arguments)]
+async fn append(
+    svc: &Service,
+    ident: &TableIdent,
+    table: iceberg::table::Table,
+    schema: &arrow_schema::SchemaRef,
+    data: FlightDataDecoder,
+    first: Option<(RecordBatch, Bytes)>,
+    writer: Option<String>,
+    acks: AckSender,
+) -> Result<IngestStats, Error> {
+    let limit = svc.config.max_message_size;
+    let change = write::evolve::plan(&table, table.metadata().current_schema(), schema)?;
+    let sequencer = sequencer_for(svc, writer, ident).await?;
     let start_mark = sequencer.as_ref().and_then(Sequencer::mark);
     let writer_id = sequencer.as_ref().map(|s| s.writer().to_string());
     let depth = svc.config.channel_depth.get();
@@ -220,20 +261,22 @@ impl Acker<'_> {
     }
 }
 
-/// Loads `ident`, or creates it for a stream with `schema` whose first batch is `first`:
-/// the whole schema and the first batch are checked before the namespace or the table
-/// exists, so a refused first put leaves nothing.
+/// Loads `ident`, or creates it for a stream with `schema` whose first batch is `first`
+/// (when puts may create tables, [`Service::may_create_on_put`]): the whole schema and
+/// the first batch are checked before the namespace or the table exists, so a refused
+/// first put leaves nothing. Returns the table and whether this put created it.
 async fn open_table(
     svc: &Service,
     ident: &TableIdent,
     schema: &arrow_schema::Schema,
     first: Option<&RecordBatch>,
-) -> Result<iceberg::table::Table, Error> {
+) -> Result<(iceberg::table::Table, bool), Error> {
     match svc.catalog.load_table(ident).await {
-        Ok(table) => Ok(table),
+        Ok(table) => Ok((table, false)),
         Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
+            svc.may_create_on_put(ident).await?;
             write::check_new_table(&ident.to_string(), schema, first)?;
-            Ok(write::ensure_table(svc.catalog.as_ref(), ident, schema).await?)
+            Ok(write::ensure_table_created(svc.catalog.as_ref(), ident, schema).await?)
         }
         Err(e) => Err(Error::catalog(ident, e)),
     }

@@ -576,6 +576,11 @@ async fn resolve(
                     ),
                 ));
             }
+            // Mode "create" asks for the table by name; "create_append" (and no options)
+            // creates on a put, which `--auto-create-tables` governs.
+            if !definition.fail_if_exists {
+                svc.may_create_on_put(ident).await?;
+            }
             let name = ident.to_string();
             let creation = iceberg::TableCreation::builder()
                 .name(ident.name().to_string())

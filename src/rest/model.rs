@@ -148,7 +148,9 @@ pub struct CreateTableRequest {
     pub schema: Schema,
     /// Its partition spec (unpartitioned when absent).
     pub partition_spec: Option<UnboundPartitionSpec>,
-    /// Its sort order (unsorted when absent).
+    /// Its sort order (unsorted when absent). `order-id` is `readOnly` in the spec and
+    /// may be left out ([`read_only`]).
+    #[serde(default, deserialize_with = "read_only::write_order")]
     pub write_order: Option<SortOrder>,
     /// A staged create (refused: skade creates tables at once).
     #[serde(default)]
@@ -166,7 +168,9 @@ pub struct CommitTableRequest {
     pub identifier: Option<TableIdentifier>,
     /// Checked against the table's current metadata before anything is written.
     pub requirements: Vec<TableRequirement>,
-    /// Applied in order.
+    /// Applied in order. The spec's `readOnly` ids may be left out of the objects they
+    /// belong to ([`read_only`]).
+    #[serde(deserialize_with = "read_only::updates")]
     pub updates: Vec<TableUpdate>,
 }
 
@@ -211,4 +215,71 @@ pub struct ErrorModel {
 /// A namespace's levels as the spec's `Namespace` array.
 pub(crate) fn levels(ns: &NamespaceIdent) -> Vec<String> {
     ns.as_ref().clone()
+}
+
+/// Request bodies without the ids the REST spec marks `readOnly`
+/// (`tests/interop/rest-catalog-open-api.yaml`: `Schema.schema-id`,
+/// `PartitionSpec.spec-id`, `SortOrder.order-id`), which "may be omitted in a request"
+/// (OpenAPI 3, `readOnly`). iceberg's serde types already default the first two
+/// (`schema-id` 0, `spec-id` none); a `SortOrder` without `order-id` is read here. The
+/// id sent, or the placeholder filled in, is never kept: the table's metadata builder
+/// assigns it as Iceberg's reference catalog does (Java `TableMetadata`: a new table's
+/// sort order is 1, or 0 when unsorted; an added order reuses the id of an equal order,
+/// else the highest id + 1).
+pub mod read_only {
+    use iceberg::TableUpdate;
+    use iceberg::spec::{SortField, SortOrder};
+    use serde::{Deserialize, Deserializer};
+
+    /// A `SortOrder` as a request may send it.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct SortOrderRequest {
+        #[serde(default)]
+        order_id: Option<i64>,
+        fields: Vec<SortField>,
+    }
+
+    impl From<SortOrderRequest> for SortOrder {
+        fn from(order: SortOrderRequest) -> Self {
+            let placeholder = if order.fields.is_empty() { 0 } else { 1 };
+            SortOrder {
+                order_id: order.order_id.unwrap_or(placeholder),
+                fields: order.fields,
+            }
+        }
+    }
+
+    /// `CreateTableRequest.write-order`, its `order-id` optional.
+    ///
+    /// # Errors
+    /// serde's error for a body that is not a `SortOrder` otherwise.
+    pub fn write_order<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SortOrder>, D::Error> {
+        Ok(Option::<SortOrderRequest>::deserialize(d)?.map(SortOrder::from))
+    }
+
+    /// `CommitTableRequest.updates`, with `add-sort-order`'s `sort-order.order-id`
+    /// optional.
+    ///
+    /// # Errors
+    /// serde's error for an update that is not one of the spec's `TableUpdate`s.
+    pub fn updates<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TableUpdate>, D::Error> {
+        let raw = Vec::<serde_json::Value>::deserialize(d)?;
+        raw.into_iter()
+            .map(|mut update| {
+                if update.get("action").and_then(|a| a.as_str()) == Some("add-sort-order")
+                    && let Some(order) = update.get_mut("sort-order")
+                    && let Some(fields) = order.as_object_mut()
+                    && !fields.contains_key("order-id")
+                {
+                    let sorted = fields
+                        .get("fields")
+                        .and_then(|f| f.as_array())
+                        .is_some_and(|f| !f.is_empty());
+                    fields.insert("order-id".into(), i64::from(sorted).into());
+                }
+                serde_json::from_value(update).map_err(serde::de::Error::custom)
+            })
+            .collect()
+    }
 }

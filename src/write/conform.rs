@@ -122,7 +122,10 @@ impl Conform<'_> {
             }
             if target.find(field.name()).is_none() {
                 let reason = if parent.is_empty() {
-                    "column is not in the table".to_string()
+                    format!(
+                        "column is not in the table (the table property {}=true lets a put add new nullable columns)",
+                        super::evolve::EVOLVE_SCHEMA
+                    )
                 } else {
                     let names: Vec<&str> = target.iter().map(|f| f.name().as_str()).collect();
                     format!(

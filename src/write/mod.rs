@@ -89,8 +89,8 @@ pub use pipeline::{
     ingest_pipelined_overlap_stream_evolving,
 };
 pub use schema::{
-    check_new_table, conform_batch, conform_batch_with, ensure_table, iceberg_schema_for,
-    table_arrow_schema,
+    check_new_table, conform_batch, conform_batch_with, ensure_table, ensure_table_created,
+    iceberg_schema_for, table_arrow_schema,
 };
 pub use stage::{stage_fast_append, stage_fast_append_with, stage_transaction};
 

@@ -140,10 +140,25 @@ pub async fn ensure_table(
     ident: &iceberg::TableIdent,
     arrow: &ArrowSchema,
 ) -> Result<iceberg::table::Table, WriteError> {
+    ensure_table_created(catalog, ident, arrow)
+        .await
+        .map(|(table, _)| table)
+}
+
+/// [`ensure_table`], also telling whether this call created the table (`true`) or
+/// loaded one that existed or that a concurrent creator made first (`false`).
+///
+/// # Errors
+/// As [`ensure_table`].
+pub async fn ensure_table_created(
+    catalog: &dyn iceberg::Catalog,
+    ident: &iceberg::TableIdent,
+    arrow: &ArrowSchema,
+) -> Result<(iceberg::table::Table, bool), WriteError> {
     use iceberg::ErrorKind;
     let table_name = ident.to_string();
     match catalog.load_table(ident).await {
-        Ok(table) => return Ok(table),
+        Ok(table) => return Ok((table, false)),
         Err(e) if e.kind() == ErrorKind::TableNotFound => {}
         Err(e) => return Err(WriteError::catalog(ident, e)),
     }
@@ -163,10 +178,11 @@ pub async fn ensure_table(
         .schema(schema)
         .build();
     match catalog.create_table(ident.namespace(), creation).await {
-        Ok(table) => Ok(table),
+        Ok(table) => Ok((table, true)),
         Err(e) if e.kind() == ErrorKind::TableAlreadyExists => catalog
             .load_table(ident)
             .await
+            .map(|table| (table, false))
             .map_err(|e| WriteError::catalog(ident, e)),
         Err(e) => Err(WriteError::catalog(ident, e)),
     }

@@ -211,3 +211,56 @@ async fn host_names_are_accepted_as_addresses() {
     .await;
     assert!(status.success(), "{status}");
 }
+
+/// A data dir whose tables live in one warehouse, served with another (the README's S3
+/// quickstart run on the first example's `./skade-data`): the start is refused naming the
+/// data dir, the warehouse and the table, instead of serving `ready` while every load of
+/// that table fails. Catches: a server that starts (and reports ready) with tables it
+/// cannot load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_outside_the_configured_warehouse_stops_the_start_naming_it() {
+    let server = TestServer::start().await;
+    let mut client = server.client().await;
+    common::put(
+        &mut client,
+        &["demo", "people"],
+        vec![synthetic_batch(0, 3)],
+    )
+    .await
+    .expect("put");
+    let dir = server.stop().await;
+    let other = tempfile::tempdir().expect("temp dir");
+    let s3 = "s3://lake/skade".to_string();
+    for warehouse in [other.path().to_string_lossy().into_owned(), s3.clone()] {
+        let mut config = skade::Config::for_tests(dir.path());
+        config.storage.warehouse = Some(warehouse.clone());
+        config.storage.s3_endpoint = Some("http://127.0.0.1:1".into());
+        let message = match skade::start(config).await {
+            Ok(_) => panic!("started with a table outside the warehouse {warehouse}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            message.contains("demo.people"),
+            "names the table: {message}"
+        );
+        assert!(
+            message.contains(&dir.path().display().to_string()),
+            "names the data dir: {message}"
+        );
+        let shown = if warehouse == s3 {
+            warehouse.clone()
+        } else {
+            std::fs::canonicalize(&warehouse)
+                .expect("canonical")
+                .display()
+                .to_string()
+        };
+        assert!(message.contains(&shown), "names the warehouse: {message}");
+        assert!(message.contains("--warehouse"), "names the flag: {message}");
+    }
+    // The warehouse it was written to still serves it.
+    let server = TestServer::start_in(dir, |_| {}).await;
+    let mut client = server.client().await;
+    assert_eq!(count(&get(&mut client, &["demo", "people"]).await), 3);
+    server.stop().await;
+}

@@ -10,6 +10,7 @@
 
 mod common;
 
+mod auto_create;
 mod bad_input;
 mod catalog;
 mod commit_policy;

@@ -38,12 +38,15 @@ async fn readyz_checks_the_catalog_the_warehouse_and_shutdown() {
         let aside = server.data_dir().join("warehouse.aside");
         std::fs::rename(&warehouse, &aside).expect("move warehouse");
         std::fs::write(&warehouse, b"not a directory").expect("file in its place");
+        // A result is reused for READY_CACHE_TTL: wait it out before each change shows.
+        tokio::time::sleep(skade::http::READY_CACHE_TTL).await;
         let (status, body) = server.http_get("/readyz").await;
         assert_eq!(status, 503, "{body}");
         assert!(body.contains("warehouse"), "{body}");
         assert_eq!(server.http_get("/healthz").await.0, 200);
         std::fs::remove_file(&warehouse).expect("rm file");
         std::fs::rename(&aside, &warehouse).expect("restore warehouse");
+        tokio::time::sleep(skade::http::READY_CACHE_TTL).await;
         assert_eq!(server.http_get("/readyz").await.0, 200);
         assert!(
             std::fs::read_dir(&warehouse)
@@ -535,4 +538,135 @@ async fn a_stream_a_shutdown_ends_is_an_info_event() {
             .collect::<Vec<_>>()
     );
     drop(batch_tx);
+}
+
+/// The readiness probe's `timeoutSeconds` in `deploy/statefulset.yaml`.
+fn readiness_probe_timeout() -> Duration {
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/statefulset.yaml"),
+    )
+    .expect("statefulset.yaml");
+    let probe = manifest
+        .split("readinessProbe:")
+        .nth(1)
+        .expect("a readiness probe");
+    let seconds = probe
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("timeoutSeconds:"))
+        .expect("timeoutSeconds")
+        .trim()
+        .parse()
+        .expect("seconds");
+    Duration::from_secs(seconds)
+}
+
+/// The real binary on an S3 warehouse whose endpoint nothing listens on (the object
+/// store is down), with AWS credentials in its environment so that every request is
+/// tried (and retried) against the endpoint; `extra` flags and env added. Returns the
+/// child (stderr piped) and its metrics address, once `/healthz` answers.
+async fn serve_on_a_dead_object_store(
+    dir: &std::path::Path,
+    extra_env: &[(&str, &str)],
+) -> (std::process::Child, std::net::SocketAddr) {
+    let (flight, metrics) = (common::free_port(), common::free_port());
+    let endpoint = format!("http://127.0.0.1:{}", common::free_port());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_skade"))
+        .args(["serve", "--log-format", "text", "--data-dir"])
+        .arg(dir)
+        .args(["--flight-addr", &format!("127.0.0.1:{flight}")])
+        .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+        .args(["--warehouse", "s3://lake/skade", "--s3-endpoint", &endpoint])
+        .args(["--s3-path-style-access", "true", "--maintenance", "false"])
+        .env("RUST_LOG", "info")
+        .env("AWS_ACCESS_KEY_ID", "demo")
+        .env("AWS_SECRET_ACCESS_KEY", "demo")
+        .env("AWS_REGION", "us-east-1")
+        .envs(extra_env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn skade");
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], metrics).into();
+    within(30, async {
+        while tokio::net::TcpStream::connect(addr).await.is_err()
+            || common::http_get(addr, "/healthz").await.0 != 200
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    (child, addr)
+}
+
+/// SIGTERMs `child`, checks it exits 0, and returns its stderr.
+fn stop_and_read_stderr(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    assert!(child.wait().expect("wait").success());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    stderr
+}
+
+/// With the object store down (nothing listens on its endpoint), `/readyz` answers 503
+/// within the readiness probe's timeout, with one short line naming the warehouse, and
+/// the next probe gets the same answer from the cache. Catches: a probe that times out
+/// (the storage client's retries take many seconds) instead of showing why, or a reason
+/// of a kilobyte repeating the same context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_within_the_probe_timeout_when_storage_is_down() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (child, addr) = serve_on_a_dead_object_store(dir.path(), &[]).await;
+    let bound = readiness_probe_timeout();
+    let started = Instant::now();
+    let (status, body) = within(30, common::http_get(addr, "/readyz")).await;
+    let took = started.elapsed();
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        took < bound,
+        "/readyz took {took:?}, the probe gives up after {bound:?}"
+    );
+    assert!(body.contains("s3://lake/skade"), "{body}");
+    assert_eq!(body.trim_end().lines().count(), 1, "one line: {body}");
+    assert!(body.len() < 400, "{} bytes: {body}", body.len());
+    let again = within(30, common::http_get(addr, "/readyz")).await;
+    assert_eq!(again, (503, body), "the cached result");
+    let (status, index) = within(30, common::http_get(addr, "/")).await;
+    assert_eq!(status, 200);
+    assert!(
+        index.contains("/readyz") && index.contains("/v1/config"),
+        "{index}"
+    );
+    stop_and_read_stderr(child);
+}
+
+/// Storage retry warnings are one log line each, without a backtrace, even with
+/// `RUST_BACKTRACE=1`. Catches: OpenDAL's multi-line `{:?}` error (context, source and a
+/// ~40-line backtrace) spilling into the log on every retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_retry_warnings_are_one_line_without_a_backtrace() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (child, addr) = serve_on_a_dead_object_store(dir.path(), &[("RUST_BACKTRACE", "1")]).await;
+    assert_eq!(within(30, common::http_get(addr, "/readyz")).await.0, 503);
+    let stderr = stop_and_read_stderr(child);
+    assert!(
+        stderr.lines().any(|l| l.contains("will retry")),
+        "a retry warning: {stderr}"
+    );
+    for line in stderr.lines() {
+        let stamped = line.len() > 5
+            && line.as_bytes()[..4].iter().all(u8::is_ascii_digit)
+            && line.as_bytes()[4] == b'-';
+        assert!(
+            stamped,
+            "a line that is no log event of its own: {line:?}\n{stderr}"
+        );
+        assert!(!line.contains("Backtrace"), "a backtrace: {line}");
+    }
 }

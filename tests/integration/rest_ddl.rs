@@ -754,3 +754,78 @@ async fn a_put_into_a_dropped_and_recreated_table_lands_nothing() {
     assert_eq!(common::count(&rows), 5, "only the new table's own rows");
     server.stop().await;
 }
+
+/// The REST spec marks `order-id`, `spec-id` and `schema-id` `readOnly`: a request may
+/// leave them out. A create without them gets the ids Iceberg's reference catalog gives
+/// (sort order 1, spec 0, schema 0), and a commit adding a schema, a spec and a sort
+/// order without ids gets the next ones (1, 1, 2), `-1` naming the last added. Catches:
+/// `400 missing field order-id` for a body the spec allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_ids_may_be_left_out_of_requests() {
+    let server = TestServer::start().await;
+    let ns = call(
+        &server,
+        "POST",
+        "/v1/namespaces",
+        json!({"namespace": ["ro"]}),
+    )
+    .await;
+    assert_eq!(ns.0, 200, "{}", ns.1);
+    let sort = |direction: &str| {
+        json!({"fields": [
+            {"source-id": 1, "transform": "identity", "direction": direction, "null-order": "nulls-first"}
+        ]})
+    };
+    let created = call(
+        &server,
+        "POST",
+        "/v1/namespaces/ro/tables",
+        json!({
+            "name": "t",
+            "schema": {"type": "struct", "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"}
+            ]},
+            "partition-spec": {"fields": [
+                {"source-id": 1, "field-id": 1000, "name": "id_bucket", "transform": "bucket[4]"}
+            ]},
+            "write-order": sort("asc")
+        }),
+    )
+    .await;
+    assert_eq!(created.0, 200, "{}", created.1);
+    let metadata = &created.1["metadata"];
+    assert_eq!(metadata["default-sort-order-id"], json!(1), "{metadata}");
+    assert_eq!(
+        metadata["sort-orders"][0]["order-id"],
+        json!(1),
+        "{metadata}"
+    );
+    assert_eq!(metadata["default-spec-id"], json!(0), "{metadata}");
+    assert_eq!(metadata["current-schema-id"], json!(0), "{metadata}");
+
+    let committed = call(
+        &server,
+        "POST",
+        "/v1/namespaces/ro/tables/t",
+        json!({"requirements": [], "updates": [
+            {"action": "add-schema", "schema": {"type": "struct", "fields": [
+                {"id": 1, "name": "id", "required": false, "type": "long"},
+                {"id": 2, "name": "note", "required": false, "type": "string"}
+            ]}},
+            {"action": "set-current-schema", "schema-id": -1},
+            {"action": "add-spec", "spec": {"fields": [
+                {"source-id": 1, "field-id": 1001, "name": "id_trunc", "transform": "truncate[10]"}
+            ]}},
+            {"action": "set-default-spec", "spec-id": -1},
+            {"action": "add-sort-order", "sort-order": sort("desc")},
+            {"action": "set-default-sort-order", "sort-order-id": -1}
+        ]}),
+    )
+    .await;
+    assert_eq!(committed.0, 200, "{}", committed.1);
+    let metadata = &committed.1["metadata"];
+    assert_eq!(metadata["current-schema-id"], json!(1), "{metadata}");
+    assert_eq!(metadata["default-spec-id"], json!(1), "{metadata}");
+    assert_eq!(metadata["default-sort-order-id"], json!(2), "{metadata}");
+    server.stop().await;
+}

@@ -379,6 +379,50 @@ async fn other_changes_are_refused_naming_the_column() {
     server.stop().await;
 }
 
+/// A put with a new column into a table without the property is refused naming the
+/// property that would let it in, on both lanes. Catches: a refusal that leaves the user
+/// to find `skade.ingest.evolve-schema` on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_column_without_the_property_is_refused_naming_it() {
+    let server = TestServer::start().await;
+    create(&server, "plain", base_fields(), false).await;
+    let rows = batch(vec![
+        (
+            "id",
+            DataType::Int64,
+            false,
+            Arc::new(Int64Array::from(vec![1])),
+        ),
+        (
+            "email",
+            DataType::Utf8,
+            true,
+            Arc::new(StringArray::from(vec!["a@b"])),
+        ),
+    ]);
+    let mut client = server.client().await;
+    let err = within(60, put(&mut client, &["evo", "plain"], vec![rows.clone()]))
+        .await
+        .expect_err("refused");
+    let (code, message) = status_of(err);
+    assert_eq!(code, Code::InvalidArgument, "{message}");
+    assert!(message.contains("\"email\""), "{message}");
+    assert!(message.contains(&format!("{EVOLVE}=true")), "{message}");
+    let mut sql = sql_client(&server).await;
+    let err = within(
+        60,
+        sql.execute_ingest(
+            common::ingest_cmd("evo", "plain", None),
+            futures::stream::iter(vec![Ok(rows)]),
+        ),
+    )
+    .await
+    .expect_err("refused");
+    let message = err.to_string();
+    assert!(message.contains(&format!("{EVOLVE}=true")), "{message}");
+    server.stop().await;
+}
+
 /// Lane 2: two ingests into one opted-in table in one Flight SQL transaction, the first
 /// adding a column and the second adding another: ONE catalog commit carries both
 /// columns and all rows.

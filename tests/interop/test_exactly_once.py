@@ -135,6 +135,28 @@ def test_the_readme_producer_lands_every_row_once_across_a_server_kill(tmp_path,
         server.stop()
 
 
+def test_the_readme_producer_raises_a_permanent_refusal_instead_of_retrying(skade_server):
+    """Catches a README producer that retries a refusal no resend can fix (here a uint64
+    column, InvalidArgument) forever instead of raising it."""
+    produce = readme_producer()
+    batches = [pa.record_batch({"id": pa.array([1, 2, 3], pa.uint64())})]
+    outcome: list[BaseException] = []
+
+    def run():
+        try:
+            produce(skade_server.flight_uri, "refused-1", ("eo", "refused"), batches)
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            outcome.append(e)
+
+    producer = threading.Thread(target=run, daemon=True)
+    producer.start()
+    producer.join(timeout=20)
+    assert not producer.is_alive(), "produce() still retrying a permanent refusal after 20 s"
+    [error] = outcome
+    assert isinstance(error, pa.ArrowInvalid), repr(error)
+    assert "UInt64" in str(error), str(error)
+
+
 def test_an_adbc_transaction_retried_with_its_key_lands_once(skade_server):
     """Catches a retried ADBC COMMIT (same writer id and sequence, new connection, as after
     a lost answer) adding its tables' rows a second time."""

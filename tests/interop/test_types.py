@@ -32,7 +32,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.types import ListType, MapType, StructType
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "arrow-types.md"
 ROW = re.compile(r"^\| `(?P<expr>[^`]+)` \| (?P<iceberg>[^|]+?) \| (?P<notes>[^|]*)\|$")
 UTC = dt.timezone.utc
 INVALID = "Flight returned invalid argument error"
