@@ -595,7 +595,10 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
         f"windows of {window / 60:.1f} min)",
         "",
         f"Started {args.started} UTC; {len(rows)} samples every {args.sample:.0f} s; "
-        f"server args: `{' '.join(args.server_args) or '(defaults)'}`.",
+        f"server args: `{' '.join(args.server_args) or '(defaults)'}`; load: large stream "
+        f"{'as fast as possible' if not args.large_rate else f'at {args.large_rate:,.0f} rows/s'}, "
+        f"{args.tiny_streams} tiny-put streams, {args.txn_tables}-table transactions, "
+        f"{args.readers} readers; skade binary `{args.skade_bin}`.",
         "",
         "| quantity | first window | last window | last/first | target | |",
         "| --- | --- | --- | --- | --- | --- |",
