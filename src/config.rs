@@ -172,6 +172,20 @@ pub struct MaintenanceConfig {
     #[arg(long, env = "SKADE_CLEANUP_GRACE", default_value = "10m", value_parser = humantime::parse_duration)]
     pub cleanup_grace: Duration,
 
+    /// How long a metadata JSON file that left its table's metadata log is kept (and how
+    /// old a leftover metadata JSON must be) before cleanup removes it (e.g. `10s`). A
+    /// reader reads a metadata JSON only right after a load-table answer named it, so
+    /// this grace is short; the smaller of it and `--cleanup-grace` applies.
+    #[arg(long, env = "SKADE_METADATA_CLEANUP_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub metadata_cleanup_grace: Duration,
+
+    /// Most bytes of unreferenced files kept waiting out a grace period, over all tables
+    /// (e.g. `1GiB`). Past it, cleanup removes the files that have waited longest before
+    /// their grace ends (counted in `skade_files_deleted_early_total`); files of a write
+    /// still in progress are never among them.
+    #[arg(long, env = "SKADE_CLEANUP_MAX_WAITING", default_value = "1GiB", value_parser = parse_bytes)]
+    pub cleanup_max_waiting: u64,
+
     /// Rewrite runs of small data files into one file (`true` or `false`): at most one
     /// job of up to 64 files and half a `--target-file-size` per table per pass.
     #[arg(long = "compaction", env = "SKADE_COMPACTION", default_value_t = true, action = clap::ArgAction::Set)]

@@ -9,8 +9,8 @@
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Metric, MetricFamily, MetricType};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::catalog::CommitCounts;
@@ -69,6 +69,19 @@ pub const BYTES_REWRITTEN_TOTAL: &str = "skade_bytes_rewritten_total";
 pub const FILES_DELETED_TOTAL: &str = "skade_files_deleted_total";
 /// Bytes of [`FILES_DELETED_TOTAL`], label `kind`.
 pub const BYTES_DELETED_TOTAL: &str = "skade_bytes_deleted_total";
+/// Unreferenced files cleanup removed before their grace period ended because the files
+/// waiting out a grace passed `--cleanup-max-waiting` bytes (the longest-waiting first),
+/// label `kind` as [`FILES_DELETED_TOTAL`] (which counts them too).
+pub const FILES_DELETED_EARLY_TOTAL: &str = "skade_files_deleted_early_total";
+/// Bytes of [`FILES_DELETED_EARLY_TOTAL`], label `kind`.
+pub const BYTES_DELETED_EARLY_TOTAL: &str = "skade_bytes_deleted_early_total";
+/// Unreferenced files kept after the last cleanup sweep, waiting out a grace period
+/// (files of writes in progress not counted).
+pub const CLEANUP_WAITING_FILES: &str = "skade_cleanup_waiting_files";
+/// Bytes of [`CLEANUP_WAITING_FILES`]; at most `--cleanup-max-waiting` after every sweep.
+pub const CLEANUP_WAITING_BYTES: &str = "skade_cleanup_waiting_bytes";
+/// Seconds of one maintenance pass over every table (expiry, merge, compaction, cleanup).
+pub const MAINTENANCE_PASS_DURATION_SECONDS: &str = "skade_maintenance_pass_duration_seconds";
 /// Failed maintenance jobs, label `job` = `expire` | `merge` | `compact` | `cleanup` | `load`.
 pub const MAINTENANCE_ERRORS_TOTAL: &str = "skade_maintenance_errors_total";
 /// Snapshots in a table's metadata, label `table` (one series per catalog table; a
@@ -144,6 +157,11 @@ impl Registrar<'_> {
 
     fn gauge_vec(&self, name: &str, help: &str, label: &str) -> IntGaugeVec {
         self.add(IntGaugeVec::new(Opts::new(name, help), &[label]).expect("valid metric"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.add(Histogram::with_opts(opts).expect("valid metric"))
     }
 
     fn histogram_vec(&self, name: &str, help: &str, label: &str, buckets: &[f64]) -> HistogramVec {
@@ -277,6 +295,11 @@ struct MaintenanceFamily {
     bytes_rewritten: IntCounterVec,
     files_deleted: IntCounterVec,
     bytes_deleted: IntCounterVec,
+    files_deleted_early: IntCounterVec,
+    bytes_deleted_early: IntCounterVec,
+    waiting_files: IntGauge,
+    waiting_bytes: IntGauge,
+    pass_duration: Histogram,
     errors: IntCounterVec,
     table_snapshots: IntGaugeVec,
     table_manifests: IntGaugeVec,
@@ -313,6 +336,29 @@ impl MaintenanceFamily {
                 BYTES_DELETED_TOTAL,
                 "Bytes of unreferenced files removed by online cleanup.",
                 "kind",
+            ),
+            files_deleted_early: r.counter_vec(
+                FILES_DELETED_EARLY_TOTAL,
+                "Unreferenced files removed before their grace period ended (waiting bytes over the cap).",
+                "kind",
+            ),
+            bytes_deleted_early: r.counter_vec(
+                BYTES_DELETED_EARLY_TOTAL,
+                "Bytes of unreferenced files removed before their grace period ended.",
+                "kind",
+            ),
+            waiting_files: r.gauge(
+                CLEANUP_WAITING_FILES,
+                "Unreferenced files waiting out a grace period after the last cleanup sweep.",
+            ),
+            waiting_bytes: r.gauge(
+                CLEANUP_WAITING_BYTES,
+                "Bytes of unreferenced files waiting out a grace period after the last cleanup sweep.",
+            ),
+            pass_duration: r.histogram(
+                MAINTENANCE_PASS_DURATION_SECONDS,
+                "Seconds of one maintenance pass over every table.",
+                &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
             ),
             errors: r.counter_vec(
                 MAINTENANCE_ERRORS_TOTAL,
@@ -576,6 +622,29 @@ impl Metrics {
         m.bytes_deleted.with_label_values(&[kind]).inc_by(bytes);
     }
 
+    /// Records one unreferenced file of `bytes` that cleanup removed before its grace
+    /// period ended (over `--cleanup-max-waiting`), of `kind`; [`Self::record_file_deleted`]
+    /// counts it too.
+    pub fn record_file_deleted_early(&self, kind: &str, bytes: u64) {
+        let m = &self.maintenance;
+        m.files_deleted_early.with_label_values(&[kind]).inc();
+        m.bytes_deleted_early
+            .with_label_values(&[kind])
+            .inc_by(bytes);
+    }
+
+    /// Sets the unreferenced files (count, bytes) a cleanup sweep left waiting.
+    pub fn set_cleanup_waiting(&self, files: usize, bytes: u64) {
+        let m = &self.maintenance;
+        m.waiting_files.set(gauge_value(files));
+        m.waiting_bytes.set(gauge_value(bytes));
+    }
+
+    /// Records one maintenance pass of `seconds`.
+    pub fn record_maintenance_pass(&self, seconds: f64) {
+        self.maintenance.pass_duration.observe(seconds);
+    }
+
     /// Records one failed maintenance `job`.
     pub fn record_maintenance_error(&self, job: &str) {
         self.maintenance.errors.with_label_values(&[job]).inc();
@@ -726,6 +795,9 @@ mod tests {
         m.record_manifests_merged(4, 4096);
         m.record_rewritten("data", 6, 600);
         m.record_file_deleted("data", 70);
+        m.record_file_deleted_early("metadata", 90);
+        m.set_cleanup_waiting(12, 3400);
+        m.record_maintenance_pass(0.2);
         m.record_maintenance_error("merge");
         m.set_table_shape("ns.a", 3, 2, 9);
         m.set_table_shape("ns.gone", 1, 1, 1);
@@ -740,6 +812,12 @@ mod tests {
             (r#"skade_bytes_rewritten_total{kind="data"}"#, 600.0),
             (r#"skade_files_deleted_total{kind="data"}"#, 1.0),
             (r#"skade_bytes_deleted_total{kind="data"}"#, 70.0),
+            (r#"skade_files_deleted_early_total{kind="metadata"}"#, 1.0),
+            (r#"skade_bytes_deleted_early_total{kind="metadata"}"#, 90.0),
+            ("skade_cleanup_waiting_files", 12.0),
+            ("skade_cleanup_waiting_bytes", 3400.0),
+            ("skade_maintenance_pass_duration_seconds_count", 1.0),
+            ("skade_maintenance_pass_duration_seconds_sum", 0.2),
             (r#"skade_maintenance_errors_total{job="merge"}"#, 1.0),
             (r#"skade_table_snapshots{table="ns.a"}"#, 3.0),
             (r#"skade_table_manifests{table="ns.a"}"#, 2.0),

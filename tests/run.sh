@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: the Dockerfile, deploy/ and Prometheus-rule linters, the Rust unit and
-# integration tests, the crash test (short form, local and on moto's S3 server), then the
+# integration tests, the crash test (short form, local and on moto's S3 server), the
 # Python interop suite (pyarrow Flight client, pyiceberg reader, ADBC, a real Prometheus
-# server, moto's S3 server) against the real `skade` binary. Creates the Python venv at
+# server, moto's S3 server) against the real `skade` binary, and the soak harness's
+# 2-minute form (benches/soak/). Creates the Python venv at
 # .venv on first use, and installs Prometheus (Debian's `prometheus` package: `prometheus`
 # and `promtool`) when missing.
 # Honours CARGO_TARGET_DIR: the binary under test is the one `cargo build` just made.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check -r tests/interop/requirements.txt \
-    -r tests/ops/requirements.txt
+    -r tests/ops/requirements.txt -r benches/soak/requirements.txt
 tests/ops/install-prometheus.sh
 
 tests/ops/lint.sh
@@ -29,3 +30,9 @@ SKADE_CRASH_S3=1 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
     AWS_ACCESS_KEY_ID=skade-crash AWS_SECRET_ACCESS_KEY=skade-crash AWS_REGION=us-east-1 \
     cargo test --locked --test crash -- --ignored --nocapture
 SKADE_BIN="$target_dir/debug/skade" .venv/bin/pytest tests/interop -q
+# The soak harness (benches/soak/) in its 2-minute form on the debug binary: checks that
+# every part of the load runs and is measured, not the soak's targets.
+soak_out="$(mktemp -d)"
+.venv/bin/python benches/soak/soak.py --skade-bin "$target_dir/debug/skade" --duration 2m \
+    --check --out "$soak_out"
+rm -rf "$soak_out"

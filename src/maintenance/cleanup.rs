@@ -10,16 +10,29 @@
 //! manifest is read once). Every `LISTING_EVERY` it lists each table's `data/` and
 //! `metadata/` (to find files no metadata ever referenced: leftovers of failed
 //! commits); the sweeps in between take as candidates the files referenced at the last
-//! sweep and not now, and look on disk only at files whose grace period has passed. A
-//! file is removed only when all of these hold:
+//! sweep and not now, and look each of those up on disk once (its size and
+//! modification time). A file is removed only when all of these hold:
 //! - no table's current metadata references it (the pointer read from redb, so the
 //!   commit that dropped the reference is durable);
-//! - a sweep first found it unreferenced at least the grace period ago, so a reader that
-//!   loaded the table before that commit has the grace period to finish its scan;
-//! - it was modified at least the grace period ago, and before the oldest live write pin
+//! - a sweep first found it unreferenced at least its grace period ago, so a reader that
+//!   loaded the table before that commit has the grace period to finish its scan. The
+//!   grace period is `--cleanup-grace`, and for metadata JSON files the smaller of it
+//!   and `--metadata-cleanup-grace`: a reader reads a metadata JSON only right after a
+//!   load-table answer named it, never during a scan;
+//! - it was modified at least its grace period ago;
+//! - no write in progress may need it: it was modified before the oldest live write pin
 //!   ([`crate::catalog::WritePin`]), so the files of a commit still being built (a
 //!   stream's data files, a transaction's staged files, a manifest being written) are
-//!   never taken for leftovers.
+//!   never taken for leftovers — unless a table's metadata once referenced it (a sweep
+//!   or a pass saw it referenced, or it is a metadata JSON of a version older than
+//!   every one its table's metadata log names), which makes it part of a commit that
+//!   landed: a put that stays open for hours does not hold what its own and other
+//!   commits unreferenced.
+//!
+//! What waits is bounded in bytes as well as time: when the unreferenced files kept
+//! (those no write in progress may need) add up to more than `--cleanup-max-waiting`,
+//! the sweep removes the ones that have waited longest, before their grace period ends,
+//! until the rest fit (`skade_files_deleted_early_total`).
 //!
 //! What it removes is therefore what snapshot expiry, manifest merging and the metadata
 //! log's trimming (`write.metadata.previous-versions-max`) dropped, and the leftovers of
@@ -34,7 +47,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use iceberg::table::Table;
 
-use crate::catalog::file_store::{FileStore, StoredFile};
+use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
 
@@ -97,6 +110,9 @@ pub struct Removed {
     pub bytes: u64,
     /// What it was.
     pub kind: FileKind,
+    /// Removed before its grace period ended, because the files waiting out a grace
+    /// passed `--cleanup-max-waiting` bytes.
+    pub early: bool,
 }
 
 /// One table's part in a sweep.
@@ -109,17 +125,80 @@ pub(crate) struct SweptTable {
     pub(crate) delete_metadata: bool,
 }
 
+/// How long and how much a sweep keeps (README, "Table maintenance").
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// `--cleanup-grace`: how long an unreferenced file is kept, and how old a leftover
+    /// must be.
+    pub(crate) grace: Duration,
+    /// `--metadata-cleanup-grace`: the same for metadata JSON files (the smaller of the
+    /// two applies to them).
+    pub(crate) metadata_grace: Duration,
+    /// `--cleanup-max-waiting`: most bytes kept waiting out a grace period.
+    pub(crate) max_waiting_bytes: u64,
+}
+
+impl Limits {
+    /// The grace period of a file of `kind`.
+    fn grace_of(&self, kind: FileKind) -> Duration {
+        match kind {
+            FileKind::Metadata => self.metadata_grace.min(self.grace),
+            _ => self.grace,
+        }
+    }
+
+    /// The shortest grace period of any file.
+    pub(crate) fn shortest_grace(&self) -> Duration {
+        self.metadata_grace.min(self.grace)
+    }
+}
+
+/// One unreferenced file a sweep keeps waiting.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    /// When a sweep first found it unreferenced.
+    since: Instant,
+    bytes: u64,
+    /// Its modification time (`None`: unknown, taken as now).
+    modified: Option<SystemTime>,
+    kind: FileKind,
+    /// A table's metadata referenced it once (a sweep or [`Sweeper::observe`] saw it
+    /// referenced, or it is a metadata JSON of a version older than its table's metadata
+    /// log): it belongs to a commit that landed, so no write in progress can need it and
+    /// write pins do not hold it.
+    committed: bool,
+}
+
+impl Waiting {
+    /// Whether a write in progress may still need it: it was never referenced and was
+    /// modified at or after the oldest live write pin.
+    fn pinned(&self, oldest_pin: Option<SystemTime>, wall: SystemTime) -> bool {
+        !self.committed && oldest_pin.is_some_and(|pin| self.modified.unwrap_or(wall) >= pin)
+    }
+}
+
+/// What a sweep left waiting: unreferenced files not held by a write in progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitingFiles {
+    /// How many.
+    pub files: usize,
+    /// Their bytes; at most `--cleanup-max-waiting` after a sweep.
+    pub bytes: u64,
+}
+
 /// The cleanup state kept across sweeps.
 #[derive(Debug, Default)]
 pub(crate) struct Sweeper {
     walker: ReferenceWalker,
-    /// Unreferenced file → when a sweep first found it unreferenced.
-    unreferenced: HashMap<PathBuf, Instant>,
+    /// Unreferenced files a sweep keeps, with when it first found each.
+    unreferenced: HashMap<PathBuf, Waiting>,
     /// Every file referenced at the last sweep, and since by a table version a pass
     /// observed ([`Self::observe`]).
     referenced: HashSet<PathBuf>,
     /// When the last sweep listed the tables' directories.
     listed_at: Option<Instant>,
+    /// What the last sweep left waiting.
+    waiting: WaitingFiles,
 }
 
 /// How often a sweep lists the tables' directories, to find files no metadata ever
@@ -132,8 +211,14 @@ const LISTING_EVERY: Duration = Duration::from_secs(30);
 impl Sweeper {
     /// Unreferenced files the last sweep kept (waiting for their grace period, pinned, or
     /// young).
-    pub(crate) fn waiting(&self) -> usize {
+    pub(crate) fn kept(&self) -> usize {
         self.unreferenced.len()
+    }
+
+    /// What the last sweep left waiting out a grace period (files of writes in progress
+    /// not counted).
+    pub(crate) fn waiting(&self) -> WaitingFiles {
+        self.waiting
     }
 
     /// Notes every file `table` references as it stands now (before a maintenance commit
@@ -155,7 +240,8 @@ impl Sweeper {
 
     /// One sweep over `tables` (every table of the catalog: their references protect
     /// each other's files), listing and removing through `store` (the catalog's
-    /// warehouse: a local directory or an object store). Returns the files removed.
+    /// warehouse: a local directory or an object store), keeping what `limits` say.
+    /// Returns the files removed.
     ///
     /// # Errors
     /// [`GcError::Table`] when a table's manifest list or manifest cannot be read (then
@@ -165,7 +251,7 @@ impl Sweeper {
         &mut self,
         store: &FileStore,
         tables: &[SweptTable],
-        grace: Duration,
+        limits: Limits,
         oldest_pin: Option<SystemTime>,
     ) -> Result<Vec<Removed>, GcError> {
         let mut referenced = HashSet::new();
@@ -180,129 +266,201 @@ impl Sweeper {
         }
         self.walker.forget_unused();
         let locations = swept_locations(store, tables);
+        let floors = metadata_floors(store, tables);
         let list = self
             .listed_at
             .is_none_or(|at| at.elapsed() >= LISTING_EVERY);
         let rules = Rules {
             locations: &locations,
             referenced: &referenced,
-            grace,
+            was_referenced: &self.referenced,
+            metadata_floors: &floors,
+            limits,
             oldest_pin,
         };
         let mut seen = std::mem::take(&mut self.unreferenced);
         let now = Instant::now();
-        // The files to judge: every file of the swept locations on a listing sweep;
-        // between listings, the waiting files whose grace period has passed (the others
-        // wait on, unchecked: the location rules are applied when a file is due).
+        // On a listing sweep every file of the swept locations is judged; between
+        // listings, the files that lost their reference since the last sweep join the
+        // waiting ones (the location rules are applied again when a file is removed).
         let found = if list {
-            listed(store, &locations, &mut seen).await
+            listed(store, &rules, &mut seen, now).await
         } else {
             let lost = self.referenced.difference(&referenced);
-            due_between_listings(store, &mut seen, lost, &referenced, grace, now).await
+            between_listings(store, &rules, &mut seen, lost, now).await
         };
-        let found = match found {
-            Ok(found) => found,
-            Err(e) => {
-                self.unreferenced = seen;
-                return Err(e);
-            }
-        };
+        if let Err(e) = found {
+            self.unreferenced = seen;
+            return Err(e);
+        }
         if list {
-            self.listed_at = Some(Instant::now());
+            self.listed_at = Some(now);
         }
-        let mut doomed = Vec::new();
-        for file in found {
-            let Some(kind) = rules.candidate(&file.path) else {
-                seen.remove(&file.path);
-                continue;
-            };
-            let first = *seen.entry(file.path.clone()).or_insert(now);
-            if rules.due(&file, first) {
-                seen.remove(&file.path);
-                doomed.push((file, kind));
+        let wall = SystemTime::now();
+        let due: Vec<PathBuf> = seen
+            .iter()
+            .filter(|(_, waiting)| rules.due(waiting, wall))
+            .map(|(path, _)| path.clone())
+            .collect();
+        let mut doomed = Vec::with_capacity(due.len());
+        for path in due {
+            if let Some(waiting) = seen.remove(&path)
+                && rules.candidate(&path).is_some()
+            {
+                doomed.push((path, waiting, false));
             }
         }
+        doomed.extend(over_cap(&mut seen, &rules, wall));
         self.referenced = referenced;
-        let paths = doomed.iter().map(|(file, _)| file.path.clone()).collect();
+        let paths = doomed.iter().map(|(path, ..)| path.clone()).collect();
         if let Err(e) = store.remove(paths).await {
             // Kept waiting: the next sweep tries again.
-            for (file, _) in doomed {
-                seen.insert(file.path, now);
+            for (path, waiting, _) in doomed {
+                seen.insert(path, waiting);
             }
             self.unreferenced = seen;
             return Err(e);
         }
+        self.waiting = waiting_in(&seen, oldest_pin, wall);
         self.unreferenced = seen;
         Ok(doomed
             .into_iter()
-            .map(|(file, kind)| {
-                tracing::debug!(path = %file.path.display(), kind = kind.as_str(), "unreferenced file removed");
+            .map(|(path, waiting, early)| {
+                tracing::debug!(path = %path.display(), kind = waiting.kind.as_str(), early, "unreferenced file removed");
                 Removed {
-                    path: file.path,
-                    bytes: file.size_bytes,
-                    kind,
+                    path,
+                    bytes: waiting.bytes,
+                    kind: waiting.kind,
+                    early,
                 }
             })
             .collect())
     }
 }
 
-/// Every file under the `data/` and `metadata/` of `locations` in `store`; `seen` then
-/// keeps only the waiting files still there.
+/// The files of `seen` not held by a write in progress, counted.
+fn waiting_in(
+    seen: &HashMap<PathBuf, Waiting>,
+    oldest_pin: Option<SystemTime>,
+    wall: SystemTime,
+) -> WaitingFiles {
+    seen.values()
+        .filter(|w| !w.pinned(oldest_pin, wall))
+        .fold(WaitingFiles::default(), |acc, w| WaitingFiles {
+            files: acc.files + 1,
+            bytes: acc.bytes + w.bytes,
+        })
+}
+
+/// When the files of `seen` not held by a write in progress add up to more than
+/// `--cleanup-max-waiting` bytes, takes the longest-waiting of them out of `seen` (the
+/// oldest modification first among those found at once) until the rest fit, and returns
+/// them, marked early. One that is no longer a candidate (its location stopped being
+/// swept since the last listing) leaves `seen` without being returned.
+fn over_cap(
+    seen: &mut HashMap<PathBuf, Waiting>,
+    rules: &Rules<'_>,
+    wall: SystemTime,
+) -> Vec<(PathBuf, Waiting, bool)> {
+    let pin = rules.oldest_pin;
+    let mut total = waiting_in(seen, pin, wall).bytes;
+    let cap = rules.limits.max_waiting_bytes;
+    if total <= cap {
+        return Vec::new();
+    }
+    let mut order: Vec<(&PathBuf, &Waiting)> =
+        seen.iter().filter(|(_, w)| !w.pinned(pin, wall)).collect();
+    order.sort_by(|(a, x), (b, y)| (x.since, x.modified, a).cmp(&(y.since, y.modified, b)));
+    let mut out = Vec::new();
+    for (path, waiting) in order {
+        if total <= cap {
+            break;
+        }
+        total -= waiting.bytes;
+        out.push(path.clone());
+    }
+    out.into_iter()
+        .filter_map(|path| {
+            let waiting = seen.remove(&path)?;
+            rules.candidate(&path).map(|_| (path, waiting, true))
+        })
+        .collect()
+}
+
+/// A listing sweep: every file under the `data/` and `metadata/` of the swept locations
+/// in `store` that may be a candidate ([`Rules::candidate`]) waits in `seen` (since when
+/// it first waited, or `now`); files no longer there or referenced leave it.
 ///
 /// # Errors
 /// The store's error listing (then `seen` is unchanged).
 async fn listed(
     store: &FileStore,
-    locations: &[(PathBuf, bool)],
-    seen: &mut HashMap<PathBuf, Instant>,
-) -> Result<Vec<StoredFile>, GcError> {
+    rules: &Rules<'_>,
+    seen: &mut HashMap<PathBuf, Waiting>,
+    now: Instant,
+) -> Result<(), GcError> {
     let mut found = Vec::new();
-    for (location, _) in locations {
+    for (location, _) in rules.locations {
         for dir in ["data", "metadata"] {
             found.extend(store.list(&location.join(dir)).await?);
         }
     }
     let mut still = HashMap::with_capacity(seen.len());
-    for file in &found {
-        if let Some(first) = seen.remove(&file.path) {
-            still.insert(file.path.clone(), first);
-        }
+    for file in found {
+        let Some(kind) = rules.candidate(&file.path) else {
+            continue;
+        };
+        let before = seen.remove(&file.path);
+        let committed = before.is_some_and(|w| w.committed) || rules.committed(&file.path, kind);
+        still.insert(
+            file.path,
+            Waiting {
+                since: before.map_or(now, |w| w.since),
+                bytes: file.size_bytes,
+                modified: file.modified,
+                kind,
+                committed,
+            },
+        );
     }
     *seen = still;
-    Ok(found)
+    Ok(())
 }
 
 /// Between listings: the files that lost their reference since the last sweep (`lost`)
-/// start waiting in `seen`, referenced ones leave it, and the waiting files whose grace
-/// period has passed are looked up in `store` (those gone leave `seen`). Returns those
-/// found.
+/// and may be candidates start waiting in `seen` (looked up in `store` once, for their
+/// size and modification time; those gone are left out), and referenced ones leave it.
 ///
 /// # Errors
-/// The store's error inspecting a file.
-async fn due_between_listings(
+/// The store's error inspecting a file (then no lost file joins `seen`).
+async fn between_listings(
     store: &FileStore,
-    seen: &mut HashMap<PathBuf, Instant>,
+    rules: &Rules<'_>,
+    seen: &mut HashMap<PathBuf, Waiting>,
     lost: impl Iterator<Item = &PathBuf>,
-    referenced: &HashSet<PathBuf>,
-    grace: Duration,
     now: Instant,
-) -> Result<Vec<StoredFile>, GcError> {
-    for file in lost {
-        seen.entry(file.clone()).or_insert(now);
-    }
-    seen.retain(|file, _| !referenced.contains(file));
-    let due: Vec<PathBuf> = seen
-        .iter()
-        .filter(|(_, first)| now.duration_since(**first) >= grace)
-        .map(|(file, _)| file.clone())
+) -> Result<(), GcError> {
+    seen.retain(|file, _| !rules.referenced.contains(file));
+    let new: Vec<PathBuf> = lost
+        .filter(|file| !seen.contains_key(*file) && rules.candidate(file).is_some())
+        .cloned()
         .collect();
-    let found = store.stat(due.clone()).await?;
-    let there: HashSet<&PathBuf> = found.iter().map(|f| &f.path).collect();
-    for file in due.iter().filter(|f| !there.contains(f)) {
-        seen.remove(file);
+    for file in store.stat(new).await? {
+        let Some(kind) = rules.candidate(&file.path) else {
+            continue;
+        };
+        seen.insert(
+            file.path,
+            Waiting {
+                since: now,
+                bytes: file.size_bytes,
+                modified: file.modified,
+                kind,
+                committed: true,
+            },
+        );
     }
-    Ok(found)
+    Ok(())
 }
 
 /// The locations a sweep may remove files under, each with whether its metadata JSON
@@ -330,13 +488,64 @@ fn swept_locations(store: &FileStore, tables: &[SweptTable]) -> Vec<(PathBuf, bo
     locations
 }
 
+/// The version number of a metadata JSON file named as Iceberg writers name them:
+/// `<version>-<uuid>.metadata.json` (Java, iceberg-rust, pyiceberg) or
+/// `v<version>.metadata.json` (Hadoop tables).
+fn metadata_version(path: &Path) -> Option<u64> {
+    let name = path.file_name()?.to_str()?.strip_suffix(".metadata.json")?;
+    let name = name.strip_prefix('v').unwrap_or(name);
+    let digits = name.split('-').next()?;
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Location → the oldest metadata version that the metadata logs (and current metadata
+/// files) of the tables at that location name, for the tables whose every such file
+/// carries a version ([`metadata_version`]); a location with a table that does not is
+/// left out.
+fn metadata_floors(store: &FileStore, tables: &[SweptTable]) -> HashMap<PathBuf, u64> {
+    let mut floors: HashMap<PathBuf, Option<u64>> = HashMap::new();
+    for swept in tables {
+        let metadata = swept.table.metadata();
+        let Some(location) = store.path_of(metadata.location()) else {
+            continue;
+        };
+        if swept.table.metadata_location().is_none() {
+            floors.insert(location, None);
+            continue;
+        }
+        let files = metadata
+            .metadata_log()
+            .iter()
+            .map(|entry| entry.metadata_file.as_str())
+            .chain(swept.table.metadata_location());
+        let oldest = files
+            .map(|file| metadata_version(Path::new(file)))
+            .try_fold(u64::MAX, |min, v| v.map(|v| min.min(v)));
+        let floor = floors.entry(location).or_insert(Some(u64::MAX));
+        *floor = match (*floor, oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
+    }
+    floors
+        .into_iter()
+        .filter_map(|(location, floor)| Some((location, floor?)))
+        .collect()
+}
+
 /// What a sweep may remove (module docs): under which locations, given which
-/// references, grace period and write pins.
+/// references, grace periods and write pins.
 struct Rules<'a> {
     /// Swept locations, each with whether its metadata JSON files may go.
     locations: &'a [(PathBuf, bool)],
     referenced: &'a HashSet<PathBuf>,
-    grace: Duration,
+    /// What the last sweep and the pass's observations found referenced.
+    was_referenced: &'a HashSet<PathBuf>,
+    /// Location → the oldest metadata version its tables' metadata logs still name.
+    metadata_floors: &'a HashMap<PathBuf, u64>,
+    limits: Limits,
     oldest_pin: Option<SystemTime>,
 }
 
@@ -361,14 +570,36 @@ impl Rules<'_> {
             .flatten()
     }
 
-    /// Whether `file`, a candidate a sweep first found unreferenced at `first`, may be
-    /// removed now: its grace period has passed, and it is neither young nor pinned.
-    fn due(&self, file: &StoredFile, first: Instant) -> bool {
-        let wall = SystemTime::now();
+    /// Whether `file` (of `kind`) belongs to a commit that landed or can no longer
+    /// land: referenced at the last sweep or by a version a pass observed, or a metadata
+    /// JSON whose version is older than every one its table's metadata log names (a
+    /// commit in progress writes the version after its base, which the log holds, and
+    /// a commit on an older base fails its compare-and-swap).
+    fn committed(&self, file: &Path, kind: FileKind) -> bool {
+        if self.was_referenced.contains(file) {
+            return true;
+        }
+        if kind != FileKind::Metadata {
+            return false;
+        }
+        let (Some(version), Some(location)) =
+            (metadata_version(file), file.parent().and_then(Path::parent))
+        else {
+            return false;
+        };
+        self.metadata_floors
+            .get(location)
+            .is_some_and(|floor| version < *floor)
+    }
+
+    /// Whether a waiting file may be removed now (at wall-clock time `wall`): its grace
+    /// period has passed since a sweep first found it unreferenced, and it is neither
+    /// young (modified within its grace period) nor held by a write in progress.
+    fn due(&self, waiting: &Waiting, wall: SystemTime) -> bool {
+        let grace = self.limits.grace_of(waiting.kind);
         // An unknown or future modification time counts as age 0: kept.
-        let modified = file.modified.unwrap_or(wall);
-        let young = wall.duration_since(modified).unwrap_or_default() < self.grace;
-        let pinned = self.oldest_pin.is_some_and(|pin| modified >= pin);
-        !young && !pinned && first.elapsed() >= self.grace
+        let modified = waiting.modified.unwrap_or(wall);
+        let young = wall.duration_since(modified).unwrap_or_default() < grace;
+        !young && !waiting.pinned(self.oldest_pin, wall) && waiting.since.elapsed() >= grace
     }
 }

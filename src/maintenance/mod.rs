@@ -19,7 +19,9 @@
 //! 3. it compacts a run of small data files ([`compact`]; rows rewritten outside the
 //!    turn, the inputs checked and the `replace` commit made under it), and
 //! 4. it removes the files nothing references any more ([`cleanup`]), once the
-//!    unreferencing commit is durable and the grace period `--cleanup-grace` has passed.
+//!    unreferencing commit is durable and the grace period has passed
+//!    (`--cleanup-grace`; `--metadata-cleanup-grace` for metadata JSON), or earlier for
+//!    the longest-waiting ones when what waits passes `--cleanup-max-waiting` bytes.
 //!
 //! Metadata JSON retention needs no job of its own: every commit's metadata keeps at
 //! most `write.metadata.previous-versions-max` (default 100) entries in its metadata log
@@ -47,7 +49,8 @@ use crate::catalog::gc::GcError;
 use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged, redb_commit_count};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
-use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, Sweeper, SweptTable};
+pub use cleanup::WaitingFiles;
+use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Limits, Removed, Sweeper, SweptTable};
 
 /// A sweep runs at least this often even when no table changed (leftovers of failed
 /// commits appear without any commit).
@@ -109,6 +112,9 @@ pub struct PassReport {
     pub conflicts: usize,
     /// Files cleanup removed.
     pub removed: Vec<Removed>,
+    /// What the last cleanup sweep (this pass's, or an earlier one) left waiting out a
+    /// grace period.
+    pub waiting: WaitingFiles,
     /// Jobs that failed (each logged and counted in `skade_maintenance_errors_total`).
     pub errors: Vec<MaintenanceError>,
 }
@@ -209,6 +215,7 @@ impl Maintainer {
 
     /// [`Self::run_pass`], stopping between tables once `stop` is cancelled.
     async fn pass(&self, stop: Option<&CancellationToken>) -> Result<PassReport, MaintenanceError> {
+        let started = Instant::now();
         let stopped = || stop.is_some_and(CancellationToken::is_cancelled);
         let idents = self
             .catalog
@@ -235,9 +242,12 @@ impl Maintainer {
         if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
             report.errors.push(e);
         }
+        report.waiting = state.sweeper.waiting();
         // Every table's retained snapshots were looked at this pass (`maintain`): what
         // the parsed-manifest cache holds beyond them belongs to expired snapshots.
         state.sweeper.manifests().forget_unused();
+        self.metrics
+            .record_maintenance_pass(started.elapsed().as_secs_f64());
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
             warn!(error = %e, "maintenance job failed");
@@ -522,7 +532,7 @@ impl Maintainer {
     }
 
     /// Cleanup over every table, when a table changed since the last sweep or files wait
-    /// for their grace period (at most every tenth of the grace period), or
+    /// for their grace period (at most every tenth of the shortest grace period), or
     /// [`SWEEP_AT_LEAST_EVERY`] passed.
     async fn sweep(
         &self,
@@ -562,16 +572,20 @@ impl Maintainer {
                 delete_metadata,
             });
         }
-        // A sweep lists every table's directories: after a change it runs at most every
-        // tenth of the grace period (removals are then at most that late), and at least
-        // every SWEEP_AT_LEAST_EVERY for leftovers that appear without a commit.
+        // After a change a sweep runs at most every tenth of the shortest grace period
+        // (removals are then at most that late), and at least every SWEEP_AT_LEAST_EVERY
+        // for leftovers that appear without a commit.
+        let limits = Limits {
+            grace: self.config.cleanup_grace,
+            metadata_grace: self.config.metadata_cleanup_grace,
+            max_waiting_bytes: self.config.cleanup_max_waiting,
+        };
         let since = state.last_sweep.map(|at| at.elapsed());
         let changed = state.waiting || locations != state.swept_at;
         let due = match since {
             None => true,
             Some(since) => {
-                since >= SWEEP_AT_LEAST_EVERY
-                    || (changed && since >= self.config.cleanup_grace / 10)
+                since >= SWEEP_AT_LEAST_EVERY || (changed && since >= limits.shortest_grace() / 10)
             }
         };
         if !due {
@@ -582,16 +596,31 @@ impl Maintainer {
             .sweep(
                 &FileStore::of(self.catalog.warehouse()),
                 &tables,
-                self.config.cleanup_grace,
+                limits,
                 self.catalog.oldest_write_pin(),
             )
             .await?;
         state.swept_at = locations;
         state.last_sweep = Some(Instant::now());
-        state.waiting = state.sweeper.waiting() > 0;
+        state.waiting = state.sweeper.kept() > 0;
+        let waiting = state.sweeper.waiting();
+        self.metrics
+            .set_cleanup_waiting(waiting.files, waiting.bytes);
         for file in &removed {
             self.metrics
                 .record_file_deleted(file.kind.as_str(), file.bytes);
+            if file.early {
+                self.metrics
+                    .record_file_deleted_early(file.kind.as_str(), file.bytes);
+            }
+        }
+        let early = removed.iter().filter(|f| f.early).count();
+        if early > 0 {
+            warn!(
+                files = early,
+                max_waiting_bytes = limits.max_waiting_bytes,
+                "unreferenced files removed before their grace period ended: the files waiting out a grace passed --cleanup-max-waiting"
+            );
         }
         if !removed.is_empty() {
             info!(files = removed.len(), "unreferenced files removed");

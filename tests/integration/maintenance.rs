@@ -31,6 +31,9 @@ fn config(max_snapshots: usize, grace: Duration) -> MaintenanceConfig {
         maintenance_interval: Duration::from_millis(50),
         max_snapshots,
         cleanup_grace: grace,
+        // The tests of the metadata grace and the cap set their own.
+        metadata_cleanup_grace: grace,
+        cleanup_max_waiting: u64::MAX,
         // Each test turns on what it is about; compaction has its own.
         compaction: false,
     }
@@ -864,4 +867,231 @@ async fn a_burst_of_commits_starts_a_pass_before_the_interval() {
     .await;
     assert_eq!(count(&common::get(&mut client, &["t"]).await), 200);
     server.stop().await;
+}
+
+/// Metadata JSON files that left the metadata log go after `--metadata-cleanup-grace`
+/// (1 s here), while every other unreferenced file still waits out the hour of
+/// `--cleanup-grace`: after 20 commits with `write.metadata.previous-versions-max=5`, a
+/// pass that finds the 15 old metadata JSON files and one more 1.1 s later leave the 5
+/// logged ones and the current one, and remove nothing but metadata JSON.
+/// Catches: metadata JSON held for the whole data-file grace (11 GB per busy table at
+/// 200 commits/s and 10 minutes), or the short grace applied to other files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_json_that_left_the_log_goes_after_its_own_grace() {
+    let c = table_after(
+        &[("write.metadata.previous-versions-max", "5"), NO_MERGE],
+        20,
+        1,
+    )
+    .await;
+    // Expiry frees manifest lists too: those must wait out the hour.
+    let m = Maintainer::new(
+        c.catalog.clone(),
+        MaintenanceConfig {
+            metadata_cleanup_grace: Duration::from_secs(1),
+            ..config(5, Duration::from_secs(3600))
+        },
+        Metrics::new(),
+    );
+    let report = pass(&m).await;
+    assert!(report.removed.is_empty(), "{:?}", report.removed);
+    assert!(metadata_json_files(&c, "t") > 20);
+    let lists_before = manifest_lists(&c);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let report = pass(&m).await;
+    assert!(
+        report
+            .removed
+            .iter()
+            .all(|f| f.kind == skade::maintenance::cleanup::FileKind::Metadata && !f.early),
+        "{:?}",
+        report.removed
+    );
+    assert_eq!(metadata_json_files(&c, "t"), 6);
+    assert_eq!(
+        manifest_lists(&c),
+        lists_before,
+        "manifest lists keep the hour"
+    );
+    let table = c.catalog.load_table(&ident("t")).await.unwrap();
+    assert_eq!(ids(&table, None).await, expected_ids(20, 1));
+}
+
+/// The manifest lists of `table`'s snapshots other than the current one, with their
+/// bytes on disk.
+fn lists_of_old_snapshots(table: &Table) -> Vec<(PathBuf, u64)> {
+    let current = table.metadata().current_snapshot_id();
+    table
+        .metadata()
+        .snapshots()
+        .filter(|s| Some(s.snapshot_id()) != current)
+        .map(|s| {
+            let path = PathBuf::from(s.manifest_list().trim_start_matches("file:"));
+            let bytes = std::fs::metadata(&path).unwrap().len();
+            (path, bytes)
+        })
+        .collect()
+}
+
+/// Past `--cleanup-max-waiting`, the longest-waiting files go first, however long their
+/// grace: a first expiry frees 3 manifest lists, which wait out an hour's grace; a
+/// second, 5 appends later, frees 5 more. With the cap at exactly the 5 newer lists'
+/// bytes, the first pass keeps its 3 and the second removes them (early, counted in
+/// `skade_files_deleted_early_total`) and keeps the 5 newer, which the waiting gauges
+/// then show.
+/// Catches: unreferenced files kept without a byte bound (all 8 stay for the hour), a
+/// cap that removes the newest first or more than it must, early removals not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_waiting_cap_the_oldest_waiting_files_go_first() {
+    let c = table_after(&[NO_MERGE], 4, 2).await;
+    let older = lists_of_old_snapshots(&c.catalog.load_table(&ident("t")).await.unwrap());
+    assert_eq!(older.len(), 3);
+    // What the second pass will free: the snapshots of the first pass's current one
+    // and the next 4 appends (measured on a twin table built the same way, since the
+    // cap is fixed before the first pass).
+    let twin = table_after(&[NO_MERGE], 9, 2).await;
+    let twin_table = twin.catalog.load_table(&ident("t")).await.unwrap();
+    let twin_lists = lists_of_old_snapshots(&twin_table);
+    assert_eq!(twin_lists.len(), 8);
+    let older_bytes: u64 = older.iter().map(|(_, b)| b).sum();
+    let mut newer_sizes: Vec<u64> = twin_lists.iter().map(|(_, b)| *b).collect();
+    newer_sizes.sort_unstable();
+    // A list's size varies by a few bytes with its snapshot ids' encodings: 64 bytes of
+    // slack, far below the smallest list, so all 3 older lists must still go.
+    let cap: u64 = newer_sizes[3..].iter().sum::<u64>() + 64;
+    assert!(
+        older_bytes < cap,
+        "the first pass must fit: {older_bytes} vs {cap}"
+    );
+    assert!(older.iter().all(|(_, b)| *b > 128));
+
+    let metrics = Metrics::new();
+    let m = Maintainer::new(
+        c.catalog.clone(),
+        MaintenanceConfig {
+            cleanup_max_waiting: cap,
+            // Sweeps follow a change at most every tenth of the shortest grace: 100 ms.
+            metadata_cleanup_grace: Duration::from_secs(1),
+            ..config(1, Duration::from_secs(3600))
+        },
+        metrics.clone(),
+    );
+    let report = pass(&m).await;
+    assert_eq!(report.snapshots_expired, 3);
+    assert!(report.removed.is_empty(), "{:?}", report.removed);
+    assert_eq!(report.waiting.files, 3);
+    assert_eq!(report.waiting.bytes, older_bytes);
+    for i in 4..9 {
+        append(&c.catalog, "t", i * 2, 2).await;
+    }
+    let newer = lists_of_old_snapshots(&c.catalog.load_table(&ident("t")).await.unwrap());
+    assert_eq!(newer.len(), 5);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let newer_bytes: u64 = newer.iter().map(|(_, b)| b).sum();
+    assert!(
+        newer_bytes <= cap && newer_bytes + 64 > cap - 64,
+        "the twin table predicts the lists' sizes: {newer_bytes} vs cap {cap}"
+    );
+    let report = pass(&m).await;
+    assert_eq!(report.snapshots_expired, 5);
+    let mut removed: Vec<&PathBuf> = report.removed.iter().map(|f| &f.path).collect();
+    removed.sort();
+    let mut expected: Vec<&PathBuf> = older.iter().map(|(p, _)| p).collect();
+    expected.sort();
+    assert_eq!(
+        removed, expected,
+        "the 3 longest-waiting lists go, nothing else"
+    );
+    assert!(report.removed.iter().all(|f| f.early));
+    for (path, _) in &older {
+        assert!(!path.exists(), "{}", path.display());
+    }
+    for (path, _) in &newer {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+    assert_eq!(report.waiting.files, 5);
+    assert_eq!(report.waiting.bytes, newer_bytes);
+    let body = metrics.render();
+    assert_eq!(
+        scraped(
+            &body,
+            r#"skade_files_deleted_early_total{kind="manifest_list"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        scraped(
+            &body,
+            r#"skade_bytes_deleted_early_total{kind="manifest_list"}"#
+        ),
+        older_bytes as f64
+    );
+    assert_eq!(scraped(&body, "skade_cleanup_waiting_files"), 5.0);
+    assert_eq!(
+        scraped(&body, "skade_cleanup_waiting_bytes"),
+        newer_bytes as f64
+    );
+    let table = c.catalog.load_table(&ident("t")).await.unwrap();
+    assert_eq!(ids(&table, None).await, expected_ids(9, 2));
+}
+
+/// The metric `series` in `body` (0 when absent).
+fn scraped(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            let (name, v) = l.rsplit_once(' ')?;
+            (name == series).then(|| v.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
+}
+
+/// A write that stays open (one long streaming put holds its pin for as long as it
+/// runs) does not hold what commits unreferenced meanwhile: with a pin taken before 20
+/// commits and no pass between them, one pass at grace 0 removes the expired snapshots'
+/// manifest lists (seen referenced before its expiry commit) and the
+/// metadata JSON that left the log (never seen referenced, but older than every version
+/// the log names), while a file the pinned writer staged stays.
+/// Catches: cleanup halted for the whole life of a long put (every file modified after
+/// the oldest pin kept, so garbage grows without bound under a put that never ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_write_does_not_hold_what_commits_unreferenced() {
+    let c = open_catalog();
+    let table = common::synthetic_table(&c.catalog, "ns", "t").await;
+    set_properties(
+        &c.catalog,
+        "t",
+        &[("write.metadata.previous-versions-max", "5"), NO_MERGE],
+    )
+    .await;
+    let pin = c.catalog.pin_writes();
+    let batch = common::conformed(&table, 1000, 2);
+    let encoded = write::encode(&table, vec![vec![batch]]).await.unwrap();
+    let staged = write::write_files(
+        &table,
+        encoded,
+        &mut write::FileNames::new(),
+        &WriteProps::default(),
+    )
+    .await
+    .unwrap();
+    let staged_path = PathBuf::from(&staged[0].file_path());
+    for i in 0..20 {
+        append(&c.catalog, "t", i, 1).await;
+    }
+    let report = pass(&maintainer(&c, 1, Duration::ZERO)).await;
+    assert_eq!(report.snapshots_expired, 19);
+    assert_eq!(
+        metadata_json_files(&c, "t"),
+        6,
+        "metadata JSON out of the log"
+    );
+    assert_eq!(
+        manifest_lists(&c),
+        1,
+        "only the current snapshot's list is left"
+    );
+    assert!(staged_path.exists(), "a pinned writer's file was removed");
+    drop(pin);
+    let table = c.catalog.load_table(&ident("t")).await.unwrap();
+    assert_eq!(ids(&table, None).await, expected_ids(20, 1));
 }

@@ -1,0 +1,855 @@
+#!/usr/bin/env python3
+"""Soak run: a real ``skade serve`` under mixed load for a long time, with maintenance at
+its defaults, sampled every 10 s (``benches/soak/README.md``).
+
+Load, all at once for ``--duration``:
+
+* one large stream: a single DoPut that stays open for the whole run, sending batches of
+  ``--large-batch-rows`` rows as fast as the server takes them (``soak.large``);
+* ``--tiny-streams`` (8) streams of tiny puts: each a DoPut of one 10-row batch, the next
+  sent as soon as the last one's ack came (``soak.tiny_<i>``);
+* one Flight SQL transaction (ADBC ``adbc-driver-flightsql``) a second, ingesting 10 rows
+  into each of 4 tables and committing them at once (``soak.txn_<i>``);
+* ``--readers`` pyiceberg readers polling the hot tables (large and tiny) through the
+  REST catalog: load-table, then a scan of the rows newer than what they saw.
+
+Every row carries ``sent_ns``, the client's wall clock when its batch was sent; a
+reader's scan that returns it for the first time gives that batch's **freshness**.
+
+Every ``--sample`` seconds one CSV row: rows/s and commits/s (server metrics), tiny put
+p50/p99, transaction p50, freshness p50/p99 (tiny tables, large stream), server RSS,
+bytes on disk under the warehouse by kind, bytes and files waiting out a cleanup grace
+(``skade_cleanup_waiting_*``), the largest current metadata JSON, metadata JSON files,
+snapshots and live data files, maintenance pass time. At the end: one PNG per quantity
+and ``summary.md`` (also printed): first-window / last-window ratios and the targets,
+met or not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import multiprocessing as mp
+import os
+import queue
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "soak"
+S3_BUCKET = "skade-soak"
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "skade-soak",
+    "AWS_SECRET_ACCESS_KEY": "skade-soak",
+    "AWS_REGION": "us-east-1",
+}
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# Targets (the issue's): ratio of the last window's median to the first window's.
+RATIO_TARGET = 1.2
+TINY_FRESHNESS_P99_S = 1.0
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``2m``, ``1h``, ``1h30m`` or plain seconds."""
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s|ms)", text)
+    if not parts or "".join(a + b for a, b in parts) != text:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 2m, 1h)")
+    unit = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(a) * unit[b] for a, b in parts)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def http_get(url: str, timeout: float = 10) -> str:
+    with NO_PROXY.open(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def wait_http(url: str, proc: subprocess.Popen | None, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            http_get(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{what} exited with code {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not answer at {url} within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Series (name with labels, as exposed) -> value."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            pass
+    return out
+
+
+def metric_sum(m: dict[str, float], name: str, where: str = "") -> float:
+    """Sum of the series of ``name`` (every label set, or those containing ``where``)."""
+    total = 0.0
+    for series, v in m.items():
+        base = series.split("{", 1)[0]
+        if base == name and where in series:
+            total += v
+    return total
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))
+    return s[k]
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# Workers (each its own process, so the client's Python does not share one GIL).
+
+
+def _flush(q, events: list) -> None:
+    if events:
+        q.put(list(events))
+        events.clear()
+
+
+def large_stream(flight_uri: str, batch_rows: int, rate: float, q, stop) -> None:
+    """One DoPut for the whole run; batches as fast as the server takes them, or at most
+    ``rate`` rows a second when it is not 0."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    try:
+        client = flight.FlightClient(flight_uri)
+        rng = np.random.default_rng(7)
+        value = pa.array(rng.random(batch_rows))
+        tag = pa.array([f"tag-{i % 1000:04d}" for i in range(batch_rows)])
+        schema = pa.schema(
+            [("id", pa.int64()), ("sent_ns", pa.int64()), ("value", pa.float64()), ("tag", pa.string())]
+        )
+        writer, acks = client.do_put(flight.FlightDescriptor.for_path(NAMESPACE, "large"), schema)
+
+        def drain():
+            try:
+                while acks.read() is not None:
+                    pass
+            except Exception:  # the stream ends with the put
+                pass
+
+        threading.Thread(target=drain, daemon=True).start()
+        offset = 0
+        events: list = []
+        last_flush = time.monotonic()
+        began = time.monotonic()
+        while not stop.is_set():
+            if rate:
+                ahead = offset / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    stop.wait(ahead)
+                    continue
+            ids = pa.array(np.arange(offset, offset + batch_rows, dtype=np.int64))
+            sent = pa.array(np.full(batch_rows, time.time_ns(), dtype=np.int64))
+            writer.write_batch(pa.record_batch([ids, sent, value, tag], schema=schema))
+            offset += batch_rows
+            events.append(("large_sent", time.time(), batch_rows))
+            if time.monotonic() - last_flush > 1:
+                _flush(q, events)
+                last_flush = time.monotonic()
+        _flush(q, events)
+        writer.done_writing()
+        writer.close()
+    except Exception:
+        q.put([("error", time.time(), "large stream: " + traceback.format_exc())])
+
+
+def tiny_streams(flight_uri: str, streams: int, q, stop) -> None:
+    """``streams`` threads, each putting 10 rows per DoPut, the next after the ack."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    schema = pa.schema([("id", pa.int64()), ("sent_ns", pa.int64()), ("value", pa.float64())])
+
+    def one(i: int) -> None:
+        try:
+            client = flight.FlightClient(flight_uri)
+            descriptor = flight.FlightDescriptor.for_path(NAMESPACE, f"tiny_{i}")
+            n = 0
+            events: list = []
+            last_flush = time.monotonic()
+            while not stop.is_set():
+                started = time.perf_counter()
+                batch = pa.record_batch(
+                    [
+                        pa.array(range(n, n + 10), pa.int64()),
+                        pa.array([time.time_ns()] * 10, pa.int64()),
+                        pa.array([float(n)] * 10, pa.float64()),
+                    ],
+                    schema=schema,
+                )
+                writer, acks = client.do_put(descriptor, schema)
+                writer.write_batch(batch)
+                writer.done_writing()
+                while acks.read() is not None:
+                    pass
+                writer.close()
+                n += 10
+                events.append(("put", time.time(), time.perf_counter() - started))
+                if time.monotonic() - last_flush > 1:
+                    _flush(q, events)
+                    last_flush = time.monotonic()
+            _flush(q, events)
+        except Exception:
+            q.put([("error", time.time(), f"tiny stream {i}: " + traceback.format_exc())])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def transactions(flight_uri: str, tables: int, q, stop) -> None:
+    """A Flight SQL transaction over ``tables`` tables every second."""
+    import adbc_driver_flightsql.dbapi as flightsql
+    import pyarrow as pa
+
+    try:
+        conn = flightsql.connect(flight_uri, autocommit=False)
+        n = 0
+        next_at = time.monotonic()
+        while not stop.is_set():
+            started = time.perf_counter()
+            data = pa.table(
+                {
+                    "id": pa.array(range(n, n + 10), pa.int64()),
+                    "sent_ns": pa.array([time.time_ns()] * 10, pa.int64()),
+                }
+            )
+            with conn.cursor() as cur:
+                for t in range(tables):
+                    cur.adbc_ingest(f"txn_{t}", data, mode="create_append", db_schema_name=NAMESPACE)
+            conn.commit()
+            n += 10
+            q.put([("txn", time.time(), time.perf_counter() - started)])
+            next_at += 1.0
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                stop.wait(delay)
+            else:
+                next_at = time.monotonic()
+        conn.close()
+    except Exception:
+        q.put([("error", time.time(), "transactions: " + traceback.format_exc())])
+
+
+def reader(rest_url: str, tables: list[str], q, stop) -> None:
+    """Polls ``tables`` in turn: load-table, then a scan of ``sent_ns`` newer than the
+    newest seen; each new ``sent_ns`` value is one batch's freshness."""
+    import pyarrow.compute as pc
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.expressions import GreaterThan
+
+    catalog = load_catalog("skade", type="rest", uri=rest_url)
+    newest = {name: -1 for name in tables}
+    events: list = []
+    last_flush = time.monotonic()
+    while not stop.is_set():
+        for name in tables:
+            if stop.is_set():
+                break
+            started = time.perf_counter()
+            try:
+                table = catalog.load_table(f"{NAMESPACE}.{name}")
+                if table.current_snapshot() is None:
+                    continue
+                got = table.scan(
+                    row_filter=GreaterThan("sent_ns", newest[name]),
+                    selected_fields=("sent_ns",),
+                ).to_arrow()
+            except NoSuchTableError:
+                time.sleep(0.05)
+                continue
+            except Exception:
+                events.append(("error", time.time(), f"reader {name}: " + traceback.format_exc()))
+                time.sleep(0.5)
+                continue
+            seen = time.time()
+            events.append(("scan", seen, time.perf_counter() - started))
+            if got.num_rows:
+                sent = pc.unique(got.column("sent_ns")).to_pylist()
+                kind = "fresh_large" if name == "large" else "fresh_tiny"
+                events.append((kind, seen, [seen - s / 1e9 for s in sent]))
+                newest[name] = max(newest[name], max(sent))
+            if time.monotonic() - last_flush > 1:
+                _flush(q, events)
+                last_flush = time.monotonic()
+    _flush(q, events)
+
+
+# ---------------------------------------------------------------------------------------
+# The server and the warehouse.
+
+
+class Warehouse:
+    """Where the tables live, and how to measure it."""
+
+    def __init__(self, kind: str, out: Path):
+        self.kind = kind
+        self.moto = None
+        self.endpoint = None
+        self.data_dir = out / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if kind == "s3":
+            [port] = free_ports(1)
+            self.endpoint = f"http://127.0.0.1:{port}"
+            log = open(out / "moto.log", "wb")
+            self.moto = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            wait_http(self.endpoint, self.moto, "moto_server")
+            self.s3().create_bucket(Bucket=S3_BUCKET)
+
+    def s3(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=S3_CREDENTIALS["AWS_REGION"],
+        )
+
+    def server_args(self) -> list[str]:
+        if self.kind != "s3":
+            return []
+        return [
+            "--warehouse", f"s3://{S3_BUCKET}/wh",
+            "--s3-endpoint", self.endpoint,
+            "--s3-path-style-access", "true",
+            "--s3-vend-credentials", "true",
+        ]
+
+    def files(self):
+        """(path relative to the warehouse, bytes) of every file."""
+        if self.kind == "s3":
+            pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix="wh/")
+            for page in pages:
+                for o in page.get("Contents", []):
+                    yield o["Key"][3:], o["Size"]
+            return
+        root = self.data_dir / "warehouse"
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                p = os.path.join(dirpath, name)
+                try:
+                    yield os.path.relpath(p, root), os.stat(p).st_size
+                except FileNotFoundError:  # removed by cleanup while walking
+                    pass
+
+    def disk(self) -> dict:
+        """Bytes on disk by kind, metadata JSON files, the largest current metadata JSON."""
+        sizes = {"data": 0, "manifest": 0, "manifest_list": 0, "metadata": 0, "other": 0}
+        metadata_files = 0
+        newest: dict[str, tuple[int, int]] = {}  # table dir -> (version, bytes)
+        for rel, size in self.files():
+            parts = rel.split("/")
+            name = parts[-1]
+            if "data" in parts[:-1]:
+                kind = "data"
+            elif name.endswith(".metadata.json"):
+                kind = "metadata"
+                metadata_files += 1
+                m = re.match(r"v?(\d+)-", name)
+                if m:
+                    table = "/".join(parts[:-2])
+                    v = int(m.group(1))
+                    if v >= newest.get(table, (-1, 0))[0]:
+                        newest[table] = (v, size)
+            elif name.startswith("snap-") and name.endswith(".avro"):
+                kind = "manifest_list"
+            elif name.endswith(".avro"):
+                kind = "manifest"
+            else:
+                kind = "other"
+            sizes[kind] += size
+        largest = max((b for _, b in newest.values()), default=0)
+        return {"sizes": sizes, "metadata_files": metadata_files, "metadata_json_bytes": largest}
+
+    def stop(self) -> None:
+        if self.moto is not None:
+            self.moto.terminate()
+            self.moto.wait(timeout=20)
+
+
+def start_server(binary: Path, wh: Warehouse, out: Path, extra: list[str]):
+    flight_port, http_port = free_ports(2)
+    cmd = [
+        str(binary), "serve",
+        "--data-dir", str(wh.data_dir),
+        "--flight-addr", f"127.0.0.1:{flight_port}",
+        "--metrics-addr", f"127.0.0.1:{http_port}",
+        *wh.server_args(),
+        *extra,
+    ]
+    log = open(out / "skade.log", "ab")
+    log.write(("$ " + " ".join(cmd) + "\n").encode())
+    log.flush()
+    env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+    if wh.kind == "s3":
+        env.update(S3_CREDENTIALS)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    http = f"http://127.0.0.1:{http_port}"
+    wait_http(f"{http}/healthz", proc, "skade serve")
+    return proc, f"grpc://127.0.0.1:{flight_port}", http
+
+
+# ---------------------------------------------------------------------------------------
+# Sampling, plots, summary.
+
+COLUMNS = [
+    ("t_s", "s since start"),
+    ("rows_per_s", "rows committed per second (all tables)"),
+    ("commits_per_s", "catalog commits per second (stream + multi lanes)"),
+    ("put_p50_ms", "tiny put p50, ms"),
+    ("put_p99_ms", "tiny put p99, ms"),
+    ("txn_p50_ms", "Flight SQL transaction (4 tables) p50, ms"),
+    ("fresh_tiny_p50_s", "freshness of tiny puts p50, s"),
+    ("fresh_tiny_p99_s", "freshness of tiny puts p99, s"),
+    ("fresh_large_p50_s", "freshness of the large stream p50, s"),
+    ("fresh_large_p99_s", "freshness of the large stream p99, s"),
+    ("scan_p50_ms", "reader load-table + scan p50, ms"),
+    ("rss_mib", "server RSS, MiB"),
+    ("disk_data_mib", "bytes on disk: data files, MiB"),
+    ("disk_manifest_mib", "bytes on disk: manifests, MiB"),
+    ("disk_manifest_list_mib", "bytes on disk: manifest lists, MiB"),
+    ("disk_metadata_mib", "bytes on disk: metadata JSON, MiB"),
+    ("disk_total_mib", "bytes on disk: all, MiB"),
+    ("waiting_mib", "bytes waiting out a cleanup grace, MiB"),
+    ("waiting_files", "files waiting out a cleanup grace"),
+    ("early_deleted_files", "files removed early (over the cap), cumulative"),
+    ("metadata_json_kib", "largest current metadata JSON, KiB"),
+    ("metadata_json_files", "metadata JSON files on disk"),
+    ("snapshots", "snapshots, all tables"),
+    ("live_data_files", "live data files, all tables"),
+    ("pass_mean_s", "maintenance pass time (mean over the sample), s"),
+    ("rows_total", "rows committed, total"),
+    ("disk_bytes_per_row", "bytes on disk per live row"),
+]
+
+# One figure per quantity: (file name, title, columns).
+FIGURES = [
+    ("rows_per_s", "Rows committed per second", ["rows_per_s"]),
+    ("commits_per_s", "Commits per second", ["commits_per_s"]),
+    ("put_latency", "Tiny put latency (ms)", ["put_p50_ms", "put_p99_ms"]),
+    ("txn_latency", "Flight SQL transaction latency (ms)", ["txn_p50_ms"]),
+    ("freshness_tiny", "Freshness, tiny puts (s)", ["fresh_tiny_p50_s", "fresh_tiny_p99_s"]),
+    ("freshness_large", "Freshness, large stream (s)", ["fresh_large_p50_s", "fresh_large_p99_s"]),
+    ("rss", "Server RSS (MiB)", ["rss_mib"]),
+    ("disk", "Bytes on disk (MiB)", ["disk_data_mib", "disk_manifest_mib", "disk_manifest_list_mib", "disk_metadata_mib", "disk_total_mib"]),
+    ("waiting", "Waiting out a cleanup grace (MiB)", ["waiting_mib"]),
+    ("waiting_files", "Files waiting out a cleanup grace", ["waiting_files"]),
+    ("metadata_json", "Largest current metadata JSON (KiB)", ["metadata_json_kib"]),
+    ("metadata_json_files", "Metadata JSON files on disk", ["metadata_json_files"]),
+    ("snapshots", "Snapshots (all tables)", ["snapshots"]),
+    ("live_data_files", "Live data files (all tables)", ["live_data_files"]),
+    ("maintenance_pass", "Maintenance pass time (s)", ["pass_mean_s"]),
+    ("disk_per_row", "Bytes on disk per live row", ["disk_bytes_per_row"]),
+]
+
+
+class Sampler:
+    def __init__(self, http: str, pid: int, wh: Warehouse):
+        self.http, self.pid, self.wh = http, pid, wh
+        self.prev = None
+        self.prev_t = None
+        self.all_fresh_tiny: list[float] = []
+        self.all_fresh_large: list[float] = []
+        self.errors: list[str] = []
+
+    def sample(self, t: float, events: list) -> dict:
+        m = parse_metrics(http_get(f"{self.http}/metrics"))
+        puts = [e[2] for e in events if e[0] == "put"]
+        txns = [e[2] for e in events if e[0] == "txn"]
+        scans = [e[2] for e in events if e[0] == "scan"]
+        tiny = [x for e in events if e[0] == "fresh_tiny" for x in e[2]]
+        large = [x for e in events if e[0] == "fresh_large" for x in e[2]]
+        self.errors += [e[2] for e in events if e[0] == "error"]
+        self.all_fresh_tiny += [(t, x) for x in tiny]
+        self.all_fresh_large += [(t, x) for x in large]
+        rows = metric_sum(m, "skade_rows_committed_total")
+        commits = metric_sum(m, "skade_commit_duration_seconds_count", 'lane="stream"') + metric_sum(
+            m, "skade_commit_duration_seconds_count", 'lane="multi"'
+        )
+        pass_sum = m.get("skade_maintenance_pass_duration_seconds_sum", 0.0)
+        pass_count = m.get("skade_maintenance_pass_duration_seconds_count", 0.0)
+        disk = self.wh.disk()
+        total = sum(disk["sizes"].values())
+        dt = (t - self.prev_t) if self.prev_t is not None else None
+        prev = self.prev or {}
+
+        def rate(now, key):
+            return (now - prev[key]) / dt if dt and key in prev else None
+
+        passes = pass_count - prev.get("pass_count", 0.0)
+        mib = 1 / (1 << 20)
+        ms = lambda v: None if v is None else v * 1000  # noqa: E731
+        row = {
+            "t_s": round(t, 1),
+            "rows_per_s": rate(rows, "rows"),
+            "commits_per_s": rate(commits, "commits"),
+            "put_p50_ms": ms(percentile(puts, 0.5)),
+            "put_p99_ms": ms(percentile(puts, 0.99)),
+            "txn_p50_ms": ms(percentile(txns, 0.5)),
+            "fresh_tiny_p50_s": percentile(tiny, 0.5),
+            "fresh_tiny_p99_s": percentile(tiny, 0.99),
+            "fresh_large_p50_s": percentile(large, 0.5),
+            "fresh_large_p99_s": percentile(large, 0.99),
+            "scan_p50_ms": ms(percentile(scans, 0.5)),
+            "rss_mib": rss_bytes(self.pid) * mib,
+            "disk_data_mib": disk["sizes"]["data"] * mib,
+            "disk_manifest_mib": disk["sizes"]["manifest"] * mib,
+            "disk_manifest_list_mib": disk["sizes"]["manifest_list"] * mib,
+            "disk_metadata_mib": disk["sizes"]["metadata"] * mib,
+            "disk_total_mib": total * mib,
+            "waiting_mib": m.get("skade_cleanup_waiting_bytes", 0.0) * mib,
+            "waiting_files": m.get("skade_cleanup_waiting_files", 0.0),
+            "early_deleted_files": metric_sum(m, "skade_files_deleted_early_total"),
+            "metadata_json_kib": disk["metadata_json_bytes"] / 1024,
+            "metadata_json_files": disk["metadata_files"],
+            "snapshots": metric_sum(m, "skade_table_snapshots"),
+            "live_data_files": metric_sum(m, "skade_table_data_files"),
+            "pass_mean_s": (pass_sum - prev.get("pass_sum", 0.0)) / passes if passes else None,
+            "rows_total": rows,
+            "disk_bytes_per_row": total / rows if rows else None,
+        }
+        self.prev = {"rows": rows, "commits": commits, "pass_sum": pass_sum, "pass_count": pass_count}
+        self.prev_t = t
+        return row
+
+
+def window_median(rows: list[dict], key: str, lo: float, hi: float) -> float | None:
+    vals = [r[key] for r in rows if lo <= r["t_s"] <= hi and r[key] is not None]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v, digits=3) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) -> str:
+    window = min(args.window, duration / 3)
+    end = rows[-1]["t_s"] if rows else 0
+    first = (0, window)
+    last = (end - window, end)
+    lines = [
+        f"# Soak summary ({args.warehouse} warehouse, {duration / 60:.1f} min, "
+        f"windows of {window / 60:.1f} min)",
+        "",
+        f"Started {args.started} UTC; {len(rows)} samples every {args.sample:.0f} s; "
+        f"server args: `{' '.join(args.server_args) or '(defaults)'}`; load: large stream "
+        f"{'as fast as possible' if not args.large_rate else f'at {args.large_rate:,.0f} rows/s'}, "
+        f"{args.tiny_streams} tiny-put streams, {args.txn_tables}-table transactions, "
+        f"{args.readers} readers; skade binary `{args.skade_bin}`.",
+        "",
+        "| quantity | first window | last window | last/first | target | |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    verdicts = []
+
+    def ratio_line(key, label, target=True):
+        a = window_median(rows, key, *first)
+        b = window_median(rows, key, *last)
+        r = b / a if a and b is not None else None
+        ok = None if r is None else r <= RATIO_TARGET
+        if target:
+            verdicts.append((f"{label} last/first ≤ {RATIO_TARGET}", ok))
+        lines.append(
+            f"| {label} | {fmt(a)} | {fmt(b)} | {fmt(r)} | "
+            f"{'≤ 1.2' if target else ''} | {'' if not target else ('met' if ok else 'not met' if ok is not None else 'n/a')} |"
+        )
+
+    ratio_line("put_p50_ms", "tiny put p50 (ms)")
+    ratio_line("put_p99_ms", "tiny put p99 (ms)")
+    ratio_line("fresh_tiny_p99_s", "freshness p99, tiny (s)")
+    ratio_line("rss_mib", "server RSS (MiB)")
+    ratio_line("disk_bytes_per_row", "disk bytes per live row")
+    ratio_line("rows_per_s", "rows/s", target=False)
+    ratio_line("commits_per_s", "commits/s", target=False)
+    ratio_line("fresh_large_p99_s", "freshness p99, large (s)", target=False)
+    ratio_line("waiting_mib", "waiting out a grace (MiB)", target=False)
+    ratio_line("metadata_json_kib", "largest metadata JSON (KiB)", target=False)
+    ratio_line("metadata_json_files", "metadata JSON files", target=False)
+    ratio_line("snapshots", "snapshots", target=False)
+    ratio_line("live_data_files", "live data files", target=False)
+    ratio_line("pass_mean_s", "maintenance pass (s)", target=False)
+
+    settled = 30.0  # the first seconds (tables being created) are left out
+    tiny = [x for t, x in sampler.all_fresh_tiny if t > settled]
+    large = [x for t, x in sampler.all_fresh_large if t > settled]
+    tiny_p99 = percentile(tiny, 0.99)
+    large_p99 = percentile(large, 0.99)
+    lines += ["", "| target | measured | |", "| --- | --- | --- |"]
+    ok = None if tiny_p99 is None else tiny_p99 <= TINY_FRESHNESS_P99_S
+    verdicts.append(("freshness p99 ≤ 1 s, tiny", ok))
+    lines.append(
+        f"| freshness p99 ≤ {TINY_FRESHNESS_P99_S:.0f} s, tiny tables (whole run after {settled:.0f} s, "
+        f"{len(tiny)} batches) | {fmt(tiny_p99)} s | {'met' if ok else 'not met' if ok is not None else 'n/a'} |"
+    )
+    bound = 2 * commit_interval_s
+    ok = None if large_p99 is None else large_p99 <= bound
+    if args.warehouse == "local":
+        verdicts.append((f"freshness p99 ≤ {bound:.0f} s, large", ok))
+    lines.append(
+        f"| freshness p99 ≤ 2 × --commit-interval = {bound:.0f} s, large stream ({len(large)} batches"
+        f"{'' if args.warehouse == 'local' else '; the target is for a local warehouse'}) | {fmt(large_p99)} s | "
+        f"{'met' if ok else 'not met' if ok is not None else 'n/a'} |"
+    )
+    worst = max((r["waiting_mib"] for r in rows), default=0.0)
+    ok = bool(rows) and all(r["waiting_mib"] * (1 << 20) <= cap_bytes for r in rows)
+    verdicts.append(("waiting ≤ --cleanup-max-waiting at every sample", ok))
+    lines.append(
+        f"| disk held for cleanup ≤ --cleanup-max-waiting ({cap_bytes / (1 << 20):.0f} MiB) at every "
+        f"sample | max {worst:.1f} MiB | {'met' if ok else 'not met'} |"
+    )
+    early = rows[-1]["early_deleted_files"] if rows else 0
+    lines += [
+        "",
+        f"Files removed early (over the cap): {early:.0f}. Client errors: {len(sampler.errors)}.",
+        "",
+        "Verdict: " + ", ".join(f"{name}: {'met' if v else 'not met' if v is not None else 'n/a'}" for name, v in verdicts),
+    ]
+    if sampler.errors:
+        lines += ["", "First client error:", "", "```", sampler.errors[0].strip()[-2000:], "```"]
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def plot(rows: list[dict], out: Path, label: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    desc = dict(COLUMNS)
+    made = []
+    for name, title, keys in FIGURES:
+        fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+        for key in keys:
+            xs = [r["t_s"] / 60 for r in rows if r[key] is not None]
+            ys = [r[key] for r in rows if r[key] is not None]
+            ax.plot(xs, ys, label=desc[key], linewidth=1.2)
+        ax.set_title(f"{title} — {label}", fontsize=10)
+        ax.set_xlabel("minutes")
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if len(keys) > 1:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def server_flag(args: list[str], flag: str, default: str) -> str:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=parse_duration, default=parse_duration("30m"))
+    p.add_argument("--warehouse", choices=["local", "s3"], default="local")
+    p.add_argument("--out", type=Path, help="output directory (default benches/soak/out/<warehouse>-<time>)")
+    p.add_argument("--skade-bin", type=Path, default=REPO / "target" / "release" / "skade")
+    p.add_argument("--sample", type=parse_duration, default=10.0, help="seconds between samples")
+    p.add_argument("--window", type=parse_duration, default=600.0,
+                   help="length of the first and last windows compared (at most a third of the run)")
+    p.add_argument("--tiny-streams", type=int, default=8)
+    p.add_argument("--txn-tables", type=int, default=4)
+    p.add_argument("--readers", type=int, default=2)
+    p.add_argument("--large-batch-rows", type=int, default=65536)
+    p.add_argument("--large-rate", type=float, default=0.0,
+                   help="most rows a second the large stream sends (0: as fast as the server takes them)")
+    p.add_argument("--server-arg", dest="server_args", action="append", default=[],
+                   help="extra `skade serve` argument (repeat; e.g. --server-arg=--commit-interval=5s)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 unless every load ran and each sample has its figures (the CI form)")
+    args = p.parse_args()
+    args.started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    if not args.skade_bin.is_file():
+        raise SystemExit(f"no skade binary at {args.skade_bin} (cargo build --release, or --skade-bin)")
+    out = args.out or REPO / "benches" / "soak" / "out" / (
+        f"{args.warehouse}-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    cap = server_flag(args.server_args, "--cleanup-max-waiting", "1GiB")
+    cap_bytes = parse_bytes(cap)
+    commit_interval_s = parse_duration(server_flag(args.server_args, "--commit-interval", "10s"))
+
+    wh = Warehouse(args.warehouse, out)
+    proc, flight_uri, http = start_server(args.skade_bin, wh, out, args.server_args)
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    stop = ctx.Event()
+    hot = ["large"] + [f"tiny_{i}" for i in range(args.tiny_streams)]
+    workers = [
+        ctx.Process(target=large_stream, args=(flight_uri, args.large_batch_rows, args.large_rate, q, stop), name="large"),
+        ctx.Process(target=tiny_streams, args=(flight_uri, args.tiny_streams, q, stop), name="tiny"),
+        ctx.Process(target=transactions, args=(flight_uri, args.txn_tables, q, stop), name="txn"),
+    ]
+    for r in range(args.readers):
+        workers.append(ctx.Process(target=reader, args=(http, hot[r :: args.readers], q, stop), name=f"reader{r}"))
+    sampler = Sampler(http, proc.pid, wh)
+    rows: list[dict] = []
+    csv_path = out / "soak.csv"
+    start = time.monotonic()
+    interrupted = False
+    try:
+        for w in workers:
+            w.start()
+        with open(csv_path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[c for c, _ in COLUMNS])
+            writer.writeheader()
+            next_at = start + args.sample
+            pending: list = []
+            while True:
+                while True:
+                    timeout = next_at - time.monotonic()
+                    if timeout <= 0:
+                        break
+                    try:
+                        pending += q.get(timeout=timeout)
+                    except queue.Empty:
+                        break
+                if proc.poll() is not None:
+                    raise SystemExit(f"skade exited with code {proc.returncode}; see {out / 'skade.log'}")
+                t = time.monotonic() - start
+                row = sampler.sample(t, pending)
+                pending = []
+                rows.append(row)
+                writer.writerow({k: ("" if v is None else (round(v, 4) if isinstance(v, float) else v)) for k, v in row.items()})
+                f.flush()
+                print(
+                    f"[{t / 60:5.1f} min] rows/s {fmt(row['rows_per_s'])} commits/s {fmt(row['commits_per_s'])} "
+                    f"put p50/p99 {fmt(row['put_p50_ms'])}/{fmt(row['put_p99_ms'])} ms "
+                    f"fresh tiny p99 {fmt(row['fresh_tiny_p99_s'])} s large p99 {fmt(row['fresh_large_p99_s'])} s "
+                    f"RSS {row['rss_mib']:.0f} MiB disk {row['disk_total_mib']:.0f} MiB "
+                    f"waiting {row['waiting_mib']:.1f} MiB/{row['waiting_files']:.0f}",
+                    flush=True,
+                )
+                next_at += args.sample
+                if t >= args.duration:
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.terminate()
+        # Late events (errors of the workers' last moments).
+        try:
+            while True:
+                sampler.errors += [e[2] for e in q.get(timeout=0.5) if e[0] == "error"]
+        except queue.Empty:
+            pass
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        wh.stop()
+    duration = rows[-1]["t_s"] if rows else 0
+    label = f"{args.warehouse}, {args.started} UTC"
+    plots = plot(rows, out, label) if rows else []
+    text = summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out)
+    print()
+    print(text)
+    print(f"CSV: {csv_path}\nplots: {len(plots)} PNGs in {out}")
+    if interrupted:
+        return 130
+    if args.check:
+        problems = []
+        if sampler.errors:
+            problems.append(f"{len(sampler.errors)} client errors")
+        for key in ["rows_per_s", "put_p50_ms", "txn_p50_ms", "fresh_tiny_p99_s", "fresh_large_p99_s", "rss_mib"]:
+            if not any(r[key] for r in rows[1:]):
+                problems.append(f"no {key} in any sample")
+        if len(plots) != len(FIGURES):
+            problems.append("plots missing")
+        if problems:
+            print("check failed: " + "; ".join(problems))
+            return 1
+        print("check: every load ran and was measured")
+    return 0
+
+
+def parse_bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", text.strip())
+    if not m:
+        raise SystemExit(f"not a byte size: {text!r}")
+    unit = m.group(2) or "B"
+    scale = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+             "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[unit]
+    return int(float(m.group(1)) * scale)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
