@@ -271,6 +271,8 @@ async fn a_maintenance_pass_overtaken_by_an_append_plans_again_and_keeps_every_r
             maintenance_interval: Duration::from_millis(50),
             max_snapshots: 2,
             cleanup_grace: Duration::from_secs(3600),
+            metadata_cleanup_grace: Duration::from_secs(3600),
+            cleanup_max_waiting: u64::MAX,
             compaction: false,
         },
         Metrics::new(),

@@ -43,6 +43,8 @@ fn compactor(catalog: &Arc<RedbCatalog>) -> Maintainer {
             maintenance_interval: Duration::from_millis(50),
             max_snapshots: 100,
             cleanup_grace: Duration::ZERO,
+            metadata_cleanup_grace: Duration::ZERO,
+            cleanup_max_waiting: u64::MAX,
             compaction: true,
         },
         Metrics::new(),
