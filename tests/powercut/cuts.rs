@@ -24,6 +24,7 @@ struct Totals {
     pages_dropped: u64,
     fsck_clean: u64,
     cuts_mid_commit: u64,
+    cuts_at_write: u64,
 }
 
 /// A run's directory: the disk images, the crash image of each cut (the last kept), the
@@ -61,29 +62,33 @@ fn seed_from_env() -> u64 {
     })
 }
 
-/// Waits until every thread of `pid` is stopped (after SIGSTOP): a thread inside a
-/// syscall (a `syncfs` in flight) stops only when it returns, before it can send an ack.
-fn wait_stopped(pid: u32) {
+/// Waits until the group stop of `pid` (after SIGSTOP) has begun: one of its threads is
+/// stopped. The thread that takes SIGSTOP marks every other thread to stop before it
+/// stops itself, so from then on no thread runs user code again: no ack can be sent
+/// whose sync had not returned by now. A thread inside a syscall (a `syncfs` or fsync in
+/// flight) goes on in the kernel until the syscall returns, so a cut taken now can land
+/// in the middle of a sync, as power loss does.
+fn wait_stop_begun(pid: u32) {
     let started = Instant::now();
     loop {
-        let all_stopped = std::fs::read_dir(format!("/proc/{pid}/task"))
+        let one_stopped = std::fs::read_dir(format!("/proc/{pid}/task"))
             .expect("skade's threads")
             .flatten()
-            .all(|task| {
+            .any(|task| {
                 std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
                     stat.rsplit_once(") ")
                         .and_then(|(_, rest)| rest.chars().next())
                         .is_some_and(|state| state == 'T' || state == 't')
                 })
             });
-        if all_stopped {
+        if one_stopped {
             return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "skade did not stop after SIGSTOP"
         );
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::yield_now();
     }
 }
 
@@ -167,23 +172,44 @@ async fn run_cuts(
             Policy::Subset
         };
         let page_seed = rng.next() >> 1;
+        // Half the cuts at a random instant (SIGSTOP first, then the image: skade's
+        // syscalls in flight go on meanwhile); half taken by the disk itself at the k-th
+        // write after a random instant, i.e. inside a flush interval, mostly mid-sync
+        // (then the disk blocks every later write and fsync until the kill).
+        let at_write = (rng.range(0, 2) == 1).then(|| rng.range(1, 64));
         tokio::time::sleep(ran).await;
-
-        // The cut: freeze skade, take the crash image of this instant, let acks already
-        // on the wire arrive (each was sent after its sync, so before the image), kill.
+        let image = run.path(&format!("cut-{cut}.img"));
         let pid = server.0.id();
+        let disk = &mut stack.as_mut().expect("a mounted disk").disk;
+        let armed = match at_write {
+            Some(k) => tokio::task::block_in_place(|| {
+                disk.arm(k, &image, policy, page_seed);
+                disk.wait_armed(Duration::from_secs(3))
+            }),
+            None => None,
+        };
         // SAFETY: signalling our own child.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
-        tokio::task::block_in_place(|| wait_stopped(pid));
-        let image = run.path(&format!("cut-{cut}.img"));
-        let stats = tokio::task::block_in_place(|| {
-            stack
-                .as_mut()
-                .expect("a mounted disk")
-                .disk
-                .cut(&image, policy, page_seed)
-        });
+        tokio::task::block_in_place(|| wait_stop_begun(pid));
+        let (stats, moment) = match (armed, at_write) {
+            (Some(stats), Some(k)) => (stats, format!("at write {k}")),
+            (None, k) => {
+                let stats = tokio::task::block_in_place(|| disk.cut(&image, policy, page_seed));
+                let moment = match k {
+                    Some(k) => format!("at an instant (write {k} never came)"),
+                    None => "at an instant".to_string(),
+                };
+                (stats, moment)
+            }
+            (Some(_), None) => unreachable!("armed only with a write count"),
+        };
+        if at_write.is_some() && moment.starts_with("at write") {
+            totals.cuts_at_write += 1;
+        }
+        // Acks already on the wire arrive (each was sent after its sync returned, so
+        // before the image); then the disk lets blocked I/O finish, and skade is killed.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::task::block_in_place(|| disk.release());
         server.0.kill().expect("SIGKILL skade");
         server.0.wait().expect("reap skade");
         shared.server.send_replace(None);
@@ -213,7 +239,7 @@ async fn run_cuts(
         totals.pages_pending += stats.pending;
         totals.pages_dropped += stats.pending - stats.kept;
         let recipe = format!(
-            "cut {cut}: seed {seed}, after {ran:?}, policy {policy:?}, page seed {page_seed}, {} pages pending, {} kept",
+            "cut {cut}: seed {seed}, after {ran:?} {moment}, policy {policy:?}, page seed {page_seed}, {} pages pending, {} kept",
             stats.pending, stats.kept
         );
 
@@ -445,9 +471,10 @@ async fn power_cuts_lose_no_acked_commit() {
     }
     drop(stack);
     println!(
-        "POWERCUT RESULT: cuts {cuts} (policy none {}, subset {}), commits acked {}, acked commits found {}, rows acked {}, rows lost {}, e2fsck -fn clean {}/{cuts}, pages pending at the cuts {} ({} dropped), cuts mid-commit {}, snapshots {}, rows {}, transactions {} ({} committed), seed {seed}, {:.0?}",
+        "POWERCUT RESULT: cuts {cuts} (policy none {}, subset {}; {} taken by the disk at a write), commits acked {}, acked commits found {}, rows acked {}, rows lost {}, e2fsck -fn clean {}/{cuts}, pages pending at the cuts {} ({} dropped), cuts mid-commit {}, snapshots {}, rows {}, transactions {} ({} committed), seed {seed}, {:.0?}",
         totals.cuts_none,
         totals.cuts_subset,
+        totals.cuts_at_write,
         check.acked_commits,
         check.acked_commits_found,
         check.acked_rows,
@@ -505,8 +532,11 @@ async fn power_cuts_without_syncs_lose_acked_rows() {
             report,
             lost_rows,
         } => {
+            let lines: Vec<&str> = report.lines().collect();
             println!(
-                "POWERCUT CONTROL: cut {cut} caught it ({lost_rows} acked rows lost): {report}"
+                "POWERCUT CONTROL: cut {cut} caught it ({lost_rows} acked rows lost); first of {} lines:\n{}",
+                lines.len(),
+                lines.iter().take(8).copied().collect::<Vec<_>>().join("\n")
             );
             assert!(
                 lost_rows > 0,

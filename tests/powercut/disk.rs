@@ -245,6 +245,28 @@ impl ForgetfulDisk {
         Self::stats_of(&answer)
     }
 
+    /// Arms a cut that the disk takes itself just before the `writes`-th write from now
+    /// reaches it (inside a flush interval, typically mid-sync); after it every write and
+    /// fsync blocks until [`Self::release`].
+    pub(crate) fn arm(&mut self, writes: u64, image: &Path, policy: Policy, seed: u64) {
+        self.command(&format!(
+            "arm {writes} {} {} {seed}",
+            image.display(),
+            policy.word()
+        ));
+    }
+
+    /// Waits up to `timeout` for the armed cut: its stats, or `None` (then disarmed).
+    pub(crate) fn wait_armed(&mut self, timeout: Duration) -> Option<CutStats> {
+        let answer = self.command(&format!("wait {}", timeout.as_secs_f64()));
+        (answer != "ok none").then(|| Self::stats_of(&answer))
+    }
+
+    /// Lets the writes and fsyncs blocked since an armed cut go on.
+    pub(crate) fn release(&mut self) {
+        self.command("release");
+    }
+
     /// Pages pending now and the fsyncs of the image so far.
     pub(crate) fn stats(&mut self) -> CutStats {
         let answer = self.command("stats");

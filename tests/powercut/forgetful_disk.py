@@ -18,6 +18,13 @@ Commands, one a line on stdin, each answered by one line on stdout:
   1/2 (a drive cache that reordered writes within one flush interval), drawn from
   `random.Random(SEED)`. Taken atomically with respect to the filesystem's operations.
   Answers `ok pending=N kept=M syncs=S`.
+- `arm K IMAGE POLICY SEED`: the same cut, taken by the disk itself just before the
+  K-th write from now reaches it (so inside a flush interval, typically in the middle of
+  a sync); from then on every write and fsync blocks until `release`, so nothing
+  becomes durable after the image. Answers `ok`.
+- `wait SECONDS`: waits for the armed cut; answers its `ok pending=...` line, or, if it
+  has not happened in time, disarms and answers `ok none`.
+- `release`: lets the blocked writes and fsyncs go on. Answers `ok`.
 - `stats`: answers `ok pending=N syncs=S`.
 
 Runs in the foreground until `MOUNTPOINT` is unmounted (`fusermount3 -u`).
@@ -41,7 +48,12 @@ class ForgetfulDisk(fuse.Operations):
     use_ns = True
 
     def __init__(self, backing):
-        self.mutex = threading.Lock()
+        self.mutex = threading.Condition()
+        # An armed cut: [writes left, image, policy, seed]; its answer once taken.
+        self.armed = None
+        self.armed_answer = None
+        # After an armed cut: writes and fsyncs wait until released.
+        self.frozen = False
         self.fd = os.open(backing, os.O_RDWR)
         self.size = os.fstat(self.fd).st_size
         if self.size % PAGE:
@@ -67,22 +79,52 @@ class ForgetfulDisk(fuse.Operations):
         self.syncs += 1
 
     def cut(self, image, policy, seed):
-        rng = random.Random(seed)
         with self.mutex:
-            copy_sparse(self.fd, self.size, image)
-            kept = 0
-            if policy == "subset":
-                out = os.open(image, os.O_WRONLY)
-                try:
-                    for n in sorted(self.pending):
-                        if rng.random() < 0.5:
-                            os.pwrite(out, self.pending[n], n * PAGE)
-                            kept += 1
-                finally:
-                    os.close(out)
-            elif policy != "none":
-                raise ValueError(f"unknown policy {policy!r}")
-            return f"ok pending={len(self.pending)} kept={kept} syncs={self.syncs}"
+            return self._cut(image, policy, seed)
+
+    def _cut(self, image, policy, seed):
+        """The crash image of this instant; call with `mutex` held."""
+        if policy not in ("none", "subset"):
+            raise ValueError(f"unknown policy {policy!r}")
+        rng = random.Random(seed)
+        copy_sparse(self.fd, self.size, image)
+        kept = 0
+        if policy == "subset":
+            out = os.open(image, os.O_WRONLY)
+            try:
+                for n in sorted(self.pending):
+                    if rng.random() < 0.5:
+                        os.pwrite(out, self.pending[n], n * PAGE)
+                        kept += 1
+            finally:
+                os.close(out)
+        return f"ok pending={len(self.pending)} kept={kept} syncs={self.syncs}"
+
+    def arm(self, writes, image, policy, seed):
+        with self.mutex:
+            self.armed = [writes, image, policy, seed]
+            self.armed_answer = None
+
+    def wait_armed(self, seconds):
+        with self.mutex:
+            self.mutex.wait_for(lambda: self.armed_answer is not None, timeout=seconds)
+            answer, self.armed_answer, self.armed = self.armed_answer, None, None
+            return answer or "ok none"
+
+    def thaw(self):
+        with self.mutex:
+            self.frozen = False
+            self.mutex.notify_all()
+
+    def _before_change(self, is_write):
+        """Takes an armed cut due now; then waits while frozen. Call with `mutex` held."""
+        if is_write and self.armed is not None and self.armed_answer is None:
+            self.armed[0] -= 1
+            if self.armed[0] <= 0:
+                self.armed_answer = self._cut(*self.armed[1:])
+                self.frozen = True
+                self.mutex.notify_all()
+        self.mutex.wait_for(lambda: not self.frozen)
 
     # --- FUSE operations ---
 
@@ -121,6 +163,7 @@ class ForgetfulDisk(fuse.Operations):
 
     def write(self, path, data, offset, fh):
         with self.mutex:
+            self._before_change(True)
             if offset + len(data) > self.size:
                 raise fuse.FuseOSError(errno.ENOSPC)
             done = 0
@@ -133,6 +176,7 @@ class ForgetfulDisk(fuse.Operations):
 
     def fsync(self, path, datasync, fh):
         with self.mutex:
+            self._before_change(False)
             self._flush()
         return 0
 
@@ -181,6 +225,14 @@ def serve_commands(disk):
         try:
             if words and words[0] == "cut" and len(words) == 4:
                 answer = disk.cut(words[1], words[2], int(words[3]))
+            elif words and words[0] == "arm" and len(words) == 5:
+                disk.arm(int(words[1]), words[2], words[3], int(words[4]))
+                answer = "ok"
+            elif words and words[0] == "wait" and len(words) == 2:
+                answer = disk.wait_armed(float(words[1]))
+            elif words == ["release"]:
+                disk.thaw()
+                answer = "ok"
             elif words == ["stats"]:
                 with disk.mutex:
                     answer = f"ok pending={len(disk.pending)} syncs={disk.syncs}"
