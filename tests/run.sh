@@ -32,9 +32,9 @@ SKADE_CRASH_S3=1 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
     cargo test --locked --test crash -- --ignored --nocapture
 # The power-cut test (tests/powercut/) in its short form: a FUSE disk that forgets what
 # was never fsynced, ext4 on a loop device on it, 10 cuts across both crash-image
-# policies, the disk's self-test, and the negative control (every sync a no-op: it must
-# lose acked rows). Needs root, /dev/fuse and loop devices: says so and skips where they
-# are missing, fails in CI.
+# policies, the disk's self-test, and the two negative controls (every sync a no-op;
+# syncfs alone a no-op: each must lose acked rows). Needs root, /dev/fuse and loop
+# devices: says so and skips where they are missing, fails in CI.
 SKADE_POWERCUT_CUTS=10 SKADE_PYTHON="$PWD/.venv/bin/python" \
     cargo test --locked --test powercut -- --ignored --nocapture --test-threads 1
 SKADE_BIN="$target_dir/debug/skade" .venv/bin/pytest tests/interop -q

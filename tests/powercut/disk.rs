@@ -424,22 +424,25 @@ pub(crate) fn recover_and_fsck(image: &Path, dir: &Path) -> Result<FsckOutcome, 
     })
 }
 
-/// Builds the `LD_PRELOAD` shim of the negative control (`nosync.c`: `fsync`,
-/// `fdatasync`, `syncfs`, `sync_file_range`, `msync` and `sync` return success and do
-/// nothing) into `dir`; its path.
-pub(crate) fn build_nosync_shim(dir: &Path) -> PathBuf {
+/// Which syncs the negative control's `LD_PRELOAD` shim (`nosync.c`) turns into no-ops
+/// that return success.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NoSync {
+    /// `fsync`, `fdatasync`, `syncfs`, `sync_file_range`, `msync` and `sync`.
+    All,
+    /// `syncfs` alone: the catalog's fsyncs work, the warehouse is never synced.
+    Syncfs,
+}
+
+/// Builds the shim for `which` into `dir`; its path.
+pub(crate) fn build_nosync_shim(dir: &Path, which: NoSync) -> PathBuf {
     let out = dir.join("nosync.so");
-    run(
-        "cc",
-        &[
-            "-shared",
-            "-fPIC",
-            "-O2",
-            "-o",
-            &out.to_string_lossy(),
-            &repo().join("tests/powercut/nosync.c").to_string_lossy(),
-        ],
-    )
-    .expect("build the nosync shim");
+    let source = repo().join("tests/powercut/nosync.c");
+    let (out_s, source_s) = (out.to_string_lossy(), source.to_string_lossy());
+    let mut args = vec!["-shared", "-fPIC", "-O2", "-o", &out_s, &source_s];
+    if let NoSync::Syncfs = which {
+        args.push("-DONLY_SYNCFS");
+    }
+    run("cc", &args).expect("build the nosync shim");
     out
 }
