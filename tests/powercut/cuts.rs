@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::checks::*;
 use crate::clients::*;
+use crate::ddl::*;
 use crate::disk::*;
 use crate::server::*;
 
@@ -25,6 +26,8 @@ struct Totals {
     fsck_clean: u64,
     cuts_mid_commit: u64,
     cuts_at_write: u64,
+    /// DDL requests applied (acked, or found applied after a cut) by the last check.
+    ddl_acked: usize,
 }
 
 /// A run's directory: the disk images, the crash image of each cut (the last kept), the
@@ -155,10 +158,15 @@ async fn run_cuts(
     cuts: u64,
     seed: u64,
     nosync: Option<&Path>,
-    shared: &Arc<Shared>,
-    parked_rx: &mut mpsc::UnboundedReceiver<(usize, u64)>,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    workload: &mut Workload,
 ) -> (Ending, Option<Stack>) {
+    let Workload {
+        shared,
+        parked_rx,
+        tasks,
+        rest,
+        ddl_ops,
+    } = workload;
     let fuse_dir = run.path("fuse");
     let mount_dir = run.path("mnt");
     let data_dir = mount_dir.join("data");
@@ -173,7 +181,7 @@ async fn run_cuts(
     mkfs(&backing);
     let mut stack = Some(Stack::start(&backing, &fuse_dir, &mount_dir, &fuse_log));
     precreate_tables(&data_dir, None).await;
-    let clients = STREAM_TABLES.len() + 1;
+    let clients = CLIENTS;
     let mut rng = Rng(seed);
     let mut verifier = Verifier::default();
     let mut totals = Totals::default();
@@ -194,6 +202,7 @@ async fn run_cuts(
         shared
             .server
             .send_replace(Some(Generation { n: cut, flight }));
+        rest.send_replace(Some((cut, metrics)));
         let ran = Duration::from_millis(rng.range(300, 1500));
         let policy = if rng.range(0, 2) == 0 {
             Policy::None
@@ -242,6 +251,7 @@ async fn run_cuts(
         server.0.kill().expect("SIGKILL skade");
         server.0.wait().expect("reap skade");
         shared.server.send_replace(None);
+        rest.send_replace(None);
         let mut seen = BTreeSet::new();
         while seen.len() < clients {
             let parked = tokio::time::timeout(Duration::from_secs(60), parked_rx.recv()).await;
@@ -261,6 +271,7 @@ async fn run_cuts(
         }
         let streams = lock(&shared.streams).clone();
         let txns = lock(&shared.txns).clone();
+        let ddl = lock(ddl_ops).clone();
         match policy {
             Policy::None => totals.cuts_none += 1,
             Policy::Subset => totals.cuts_subset += 1,
@@ -315,6 +326,12 @@ async fn run_cuts(
                 }
                 Err(e) => problems.push(e),
             }
+            let catalog = open_catalog(&data_dir, None);
+            problems.extend(check_ddl(&catalog, &ddl).await);
+            totals.ddl_acked = ddl
+                .iter()
+                .filter(|o| o.outcome == DdlOutcome::Applied)
+                .count();
         }
         if problems.is_empty() {
             // skade starts on what the cut left (checked by the next generation's start;
@@ -326,7 +343,7 @@ async fn run_cuts(
         }
         std::fs::write(
             run.path("records.txt"),
-            format!("{recipe}\nstreams: {streams:#?}\ntransactions: {txns:#?}\n"),
+            format!("{recipe}\nstreams: {streams:#?}\ntransactions: {txns:#?}\nddl: {ddl:#?}\n"),
         )
         .expect("write the records");
         let report = format!(
@@ -354,43 +371,73 @@ async fn run_cuts(
     )
 }
 
-fn start_clients(
-    seed: u64,
-) -> (
-    Arc<Shared>,
-    mpsc::UnboundedReceiver<(usize, u64)>,
-    Vec<tokio::task::JoinHandle<()>>,
-) {
-    let (server_tx, _) = watch::channel(None);
-    let (parked_tx, parked_rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared {
-        server: server_tx,
-        stop: AtomicBool::new(false),
-        streams: Mutex::new(Vec::new()),
-        txns: Mutex::new(Vec::new()),
-        parked: parked_tx,
-        errors: Mutex::new(Vec::new()),
-        status: Mutex::new(Vec::new()),
-    });
-    let mut tasks = Vec::new();
-    for client in 0..STREAM_TABLES.len() {
-        tasks.push(tokio::spawn(stream_client(client, shared.clone(), seed)));
-    }
-    tasks.push(tokio::spawn(txn_client(
-        STREAM_TABLES.len(),
-        shared.clone(),
-        seed,
-    )));
-    (shared, parked_rx, tasks)
+/// The crash test's clients plus the DDL client, and what the orchestrator needs of them.
+struct Workload {
+    shared: Arc<Shared>,
+    parked_rx: mpsc::UnboundedReceiver<(usize, u64)>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    rest: Arc<RestAddr>,
+    ddl_ops: Arc<Mutex<Vec<DdlOp>>>,
 }
 
-/// Stops the clients (no server comes any more).
-async fn stop_clients(shared: &Shared, tasks: Vec<tokio::task::JoinHandle<()>>) {
-    shared.stop.store(true, Ordering::SeqCst);
-    shared.server.send_replace(None);
-    shared.server.send_modify(|_| {});
-    for task in tasks {
-        let _ = tokio::time::timeout(Duration::from_secs(120), task).await;
+/// Streaming clients, the transaction client and the DDL client.
+const CLIENTS: usize = STREAM_TABLES.len() + 2;
+
+impl Workload {
+    fn start(seed: u64) -> Self {
+        let (server_tx, _) = watch::channel(None);
+        let (parked_tx, parked_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            server: server_tx,
+            stop: AtomicBool::new(false),
+            streams: Mutex::new(Vec::new()),
+            txns: Mutex::new(Vec::new()),
+            parked: parked_tx,
+            errors: Mutex::new(Vec::new()),
+            status: Mutex::new(Vec::new()),
+        });
+        let rest = Arc::new(watch::channel(None).0);
+        let ddl_ops = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for client in 0..STREAM_TABLES.len() {
+            tasks.push(tokio::spawn(stream_client(client, shared.clone(), seed)));
+        }
+        tasks.push(tokio::spawn(txn_client(
+            STREAM_TABLES.len(),
+            shared.clone(),
+            seed,
+        )));
+        tasks.push(tokio::spawn(ddl_client(
+            STREAM_TABLES.len() + 1,
+            shared.clone(),
+            rest.clone(),
+            ddl_ops.clone(),
+            seed,
+        )));
+        Self {
+            shared,
+            parked_rx,
+            tasks,
+            rest,
+            ddl_ops,
+        }
+    }
+
+    /// Tells the clients to stop and wakes those waiting for a server.
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.server.send_modify(|_| {});
+        self.rest.send_modify(|_| {});
+    }
+
+    /// Stops the clients (no server comes any more) and waits for them.
+    async fn abandon(self) {
+        self.shared.server.send_replace(None);
+        self.rest.send_replace(None);
+        self.stop();
+        for task in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(120), task).await;
+        }
     }
 }
 
@@ -408,17 +455,8 @@ async fn power_cuts_lose_no_acked_commit() {
         "power-cut test: {cuts} cuts, SKADE_POWERCUT_SEED={seed}, in {}",
         run.dir.path().display()
     );
-    let (shared, mut parked_rx, mut tasks) = start_clients(seed);
-    let (ending, stack) = run_cuts(
-        &mut run,
-        cuts,
-        seed,
-        None,
-        &shared,
-        &mut parked_rx,
-        &mut tasks,
-    )
-    .await;
+    let mut workload = Workload::start(seed);
+    let (ending, stack) = run_cuts(&mut run, cuts, seed, None, &mut workload).await;
     let (totals, last, verifier) = match ending {
         Ending::Clean {
             totals,
@@ -426,7 +464,7 @@ async fn power_cuts_lose_no_acked_commit() {
             verifier,
         } => (totals, last, verifier),
         Ending::Failed { cut, report, .. } => {
-            stop_clients(&shared, tasks).await;
+            workload.abandon().await;
             drop(stack);
             panic!("power cut {cut} lost what was acked or broke the disk: {report}");
         }
@@ -439,21 +477,25 @@ async fn power_cuts_lose_no_acked_commit() {
     let log = run.path("skade.log");
     let (mut server, flight, metrics) = spawn_server(&data_dir, &log, None, &[], &[]);
     wait_healthy(&mut server, metrics).await;
+    let shared = workload.shared.clone();
     shared.server.send_replace(Some(Generation {
         n: cuts + 1,
         flight,
     }));
+    workload.rest.send_replace(Some((cuts + 1, metrics)));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    shared.stop.store(true, Ordering::SeqCst);
-    shared.server.send_modify(|_| {});
-    for task in tasks {
+    workload.stop();
+    for task in std::mem::take(&mut workload.tasks) {
         tokio::time::timeout(Duration::from_secs(120), task)
             .await
             .expect("clients finish")
             .expect("client task");
     }
     let errors = lock(&shared.errors).clone();
-    let unexpected: Vec<_> = errors.iter().filter(|e| e.1 > cuts).collect();
+    let unexpected: Vec<_> = errors
+        .iter()
+        .filter(|e| e.1 > cuts || e.2.starts_with(REFUSED))
+        .collect();
     assert!(
         unexpected.is_empty(),
         "client failures with no cut to blame: {unexpected:?}"
@@ -483,6 +525,7 @@ async fn power_cuts_lose_no_acked_commit() {
     assert!(status.success(), "skade exit after SIGTERM: {status}");
     let streams = lock(&shared.streams).clone();
     let txns = lock(&shared.txns).clone();
+    let ddl = lock(&workload.ddl_ops).clone();
     let mut verifier = verifier;
     let check = check_cut(&mut verifier, &data_dir, &streams, &txns, true)
         .await
@@ -498,6 +541,16 @@ async fn power_cuts_lose_no_acked_commit() {
         served, check.tables,
         "DoGet and the checks disagree (rows, id sum)"
     );
+    let ddl_violations = check_ddl(&open_catalog(&data_dir, None), &ddl).await;
+    assert!(
+        ddl_violations.is_empty(),
+        "DDL at the end: {}",
+        ddl_violations.join("\n")
+    );
+    assert!(
+        ddl.iter().all(|o| o.outcome != DdlOutcome::Unknown),
+        "a DDL request left unknown at the end"
+    );
     if let Some(pyiceberg) = pyiceberg {
         let ours: BTreeMap<String, (usize, String)> = check
             .tables
@@ -510,7 +563,7 @@ async fn power_cuts_lose_no_acked_commit() {
     }
     drop(stack);
     println!(
-        "POWERCUT RESULT: cuts {cuts} (policy none {}, subset {}; {} taken by the disk at a write), commits acked {}, acked commits found {}, rows acked {}, rows lost {}, e2fsck -fn clean {}/{cuts}, pages pending at the cuts {} ({} dropped), cuts mid-commit {}, snapshots {}, rows {}, transactions {} ({} committed), seed {seed}, {:.0?}",
+        "POWERCUT RESULT: cuts {cuts} (policy none {}, subset {}; {} taken by the disk at a write), commits acked {}, acked commits found {}, rows acked {}, rows lost {}, e2fsck -fn clean {}/{cuts}, pages pending at the cuts {} ({} dropped), cuts mid-commit {}, snapshots {}, rows {}, transactions {} ({} committed), DDL requests {} ({} applied; {} applied at the last cut), seed {seed}, {:.0?}",
         totals.cuts_none,
         totals.cuts_subset,
         totals.cuts_at_write,
@@ -528,6 +581,11 @@ async fn power_cuts_lose_no_acked_commit() {
         txns.iter()
             .filter(|t| t.outcome == TxnOutcome::Committed)
             .count(),
+        ddl.len(),
+        ddl.iter()
+            .filter(|o| o.outcome == DdlOutcome::Applied)
+            .count(),
+        totals.ddl_acked,
         started.elapsed()
     );
     assert_eq!(check.rows_lost, 0);
@@ -566,18 +624,9 @@ async fn negative_control(which: NoSync) {
     println!(
         "power-cut negative control: up to {cuts} cuts with {which:?} syncs no-ops, SKADE_POWERCUT_SEED={seed}"
     );
-    let (shared, mut parked_rx, mut tasks) = start_clients(seed);
-    let (ending, stack) = run_cuts(
-        &mut run,
-        cuts,
-        seed,
-        Some(&shim),
-        &shared,
-        &mut parked_rx,
-        &mut tasks,
-    )
-    .await;
-    stop_clients(&shared, tasks).await;
+    let mut workload = Workload::start(seed);
+    let (ending, stack) = run_cuts(&mut run, cuts, seed, Some(&shim), &mut workload).await;
+    workload.abandon().await;
     drop(stack);
     match ending {
         Ending::Failed {

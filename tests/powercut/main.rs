@@ -60,5 +60,6 @@ mod clients;
 mod server;
 
 mod cuts;
+mod ddl;
 mod disk;
 mod selftest;
