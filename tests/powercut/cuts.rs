@@ -203,7 +203,7 @@ async fn run_cuts(
             .server
             .send_replace(Some(Generation { n: cut, flight }));
         rest.send_replace(Some((cut, metrics)));
-        let ran = Duration::from_millis(rng.range(300, 1500));
+        let ran = Duration::from_millis(rng.range(500, 2500));
         let policy = if rng.range(0, 2) == 0 {
             Policy::None
         } else {
