@@ -10,17 +10,23 @@
 //!
 //! The workload is the crash test's (`tests/crash/clients.rs`: 5 streaming clients, two
 //! of them exactly-once producers, and a Flight SQL transaction writer; maintenance at
-//! its busiest). Each cut, at a random moment: SIGSTOP skade, wait until every thread
-//! stopped, take the crash image — the durable state plus, by policy, no pending page
-//! (`none`) or each pending 4 KiB page with probability 1/2 (`subset`: a drive cache
-//! that reordered writes within one flush interval) — let acks already on the wire
-//! arrive, SIGKILL, unmount. Then power comes back: the image on a fresh loop device is
-//! mounted (journal recovery) and unmounted, `e2fsck -fn` must find nothing, it becomes
-//! the next generation's disk, the crash test's checks run on it with the server stopped
-//! (every acked row present exactly as sent, nothing doubled or never sent, every
-//! retained snapshot reads whole, transactions all or nothing), and skade must start on
-//! it. At the end the clients finish (every exactly-once stream and transaction lands
-//! once) and pyiceberg reads every table through the last server's REST catalog.
+//! its busiest) plus a REST DDL client (`ddl.rs`). Each cut, after a random 0.5..2.5 s:
+//! SIGSTOP skade and wait until its group stop has begun (no thread runs user code
+//! again; syscalls in flight go on), take the crash image — the durable state plus, by
+//! policy, no pending page (`none`) or each pending 4 KiB page with probability 1/2
+//! (`subset`: a drive cache that reordered writes within one flush interval) — or, for
+//! half the cuts, let the disk take it itself just before the k-th write (k < 64, so
+//! inside a flush interval, mostly mid-sync; it then blocks every write and fsync until
+//! the kill); let acks already on the wire arrive, SIGKILL, unmount. Then power comes
+//! back: the image on a fresh loop device is mounted (journal recovery) and unmounted,
+//! `e2fsck -fn` must find nothing, it becomes the next generation's disk, the crash
+//! test's checks run on it with the server stopped (every acked row present exactly as
+//! sent, nothing doubled or never sent, every retained snapshot reads whole,
+//! transactions all or nothing), the DDL check (every table the acked requests left
+//! loads, every one they removed is gone), and skade must start on it and serve through
+//! DoGet what the checks found. At the end the clients finish (every exactly-once
+//! stream and transaction lands once) and DoGet and pyiceberg read every table through
+//! the last server.
 //!
 //! ```sh
 //! SKADE_POWERCUT_CUTS=10 cargo test --test powercut -- --ignored --nocapture   # CI
@@ -40,10 +46,12 @@
 //! compiler and `mfusepy`; where one is missing the tests say so and pass, except with
 //! `CI=true`, where they fail.
 //!
-//! The negative control (`power_cuts_without_syncs_lose_acked_rows`) runs the same cuts
-//! with skade under an `LD_PRELOAD` shim (`nosync.c`) that turns `fsync`, `fdatasync`,
-//! `syncfs`, `sync_file_range`, `msync` and `sync` into no-ops: it must report lost acked
-//! rows, or the harness could not see a missing sync.
+//! The negative controls run the same cuts with skade under an `LD_PRELOAD` shim
+//! (`nosync.c`): `power_cuts_without_syncs_lose_acked_rows` turns `fsync`, `fdatasync`,
+//! `syncfs`, `sync_file_range`, `msync` and `sync` into no-ops,
+//! `power_cuts_without_syncfs_lose_acked_rows` only `syncfs` (the catalog's fsyncs
+//! intact: the failure a SIGKILL cannot show). Each must report lost acked rows, or the
+//! harness could not see a missing sync.
 
 #[path = "../integration/common/mod.rs"]
 #[allow(dead_code)]
