@@ -323,15 +323,25 @@ async fn run_cuts(
                     }
                     problems.extend(check.violations.iter().cloned());
                     last = check;
+                    let catalog = open_catalog(&data_dir, None);
+                    problems.extend(check_ddl(&catalog, &ddl).await);
+                    totals.ddl_acked = ddl
+                        .iter()
+                        .filter(|o| o.outcome == DdlOutcome::Applied)
+                        .count();
                 }
-                Err(e) => problems.push(e),
+                Err(e) => {
+                    // Nothing acked can be read back (the catalog does not open): all of
+                    // it counts as lost.
+                    lost_rows = streams.iter().map(|s| s.acked_rows).sum::<u64>()
+                        + txns
+                            .iter()
+                            .filter(|t| t.outcome == TxnOutcome::Committed)
+                            .map(|t| 2 * t.rows as u64)
+                            .sum::<u64>();
+                    problems.push(e)
+                }
             }
-            let catalog = open_catalog(&data_dir, None);
-            problems.extend(check_ddl(&catalog, &ddl).await);
-            totals.ddl_acked = ddl
-                .iter()
-                .filter(|o| o.outcome == DdlOutcome::Applied)
-                .count();
         }
         if problems.is_empty() {
             // skade starts on what the cut left (checked by the next generation's start;

@@ -54,7 +54,6 @@
 //! harness could not see a missing sync.
 
 #[path = "../integration/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 #[path = "../crash/checks.rs"]
