@@ -61,7 +61,7 @@ class ForgetfulDisk(fuse.Operations):
         # page number -> bytearray(PAGE): written since the last fsync.
         self.pending = {}
         self.syncs = 0
-        self.now = time.time()
+        self.now = time.time_ns()  # use_ns: timestamps in nanoseconds
 
     # --- the durable and the pending state ---
 
