@@ -28,6 +28,7 @@
 //! - [`conform`]: exact conversion of a batch to a table's schema, by name at every depth.
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
+//! - [`file_out`]: a filled file finished straight into storage, never whole in memory.
 //! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
 //!   stream's first data.
 //! - [`mod@append`]: the append both lanes commit (Java's merge append; never re-reads
@@ -47,6 +48,7 @@ pub mod budget;
 pub mod conform;
 pub mod encode;
 pub mod evolve;
+pub mod file_out;
 pub mod file_stats;
 pub mod ingest;
 pub mod merge;
