@@ -43,9 +43,7 @@ pub const STREAM_WINDOW_BYTES: u64 = 16 << 20;
 /// parts once split by partition (a partitioned table's rows are copied per partition).
 /// `message_bytes` is at most `--max-message-size`.
 pub fn rss_bound(budget_bytes: u64, streams: u64, message_bytes: u64) -> u64 {
-    budget_bytes
-        + FIXED_OVERHEAD_BYTES
-        + streams * (STREAM_WINDOW_BYTES + 3 * message_bytes)
+    budget_bytes + FIXED_OVERHEAD_BYTES + streams * (STREAM_WINDOW_BYTES + 3 * message_bytes)
 }
 
 /// How long no rows must have been held against the budget before freed memory is

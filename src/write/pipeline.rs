@@ -27,8 +27,8 @@ use tokio::sync::mpsc;
 use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
-use super::file_out::finish_and_write;
 use super::evolve::{SchemaChange, commit_evolving};
+use super::file_out::finish_and_write;
 use super::ingest::{
     FileNames, IngestStats, commit_append, commit_files, commit_files_with, encode, write_file,
     write_files,

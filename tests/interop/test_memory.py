@@ -35,8 +35,10 @@ BATCH_ROWS = 65_536
 # README, "Memory" (src/memory.rs): peak RSS <= budget + FIXED + streams x (WINDOW + 3 x message).
 FIXED_OVERHEAD = 256 * MIB
 STREAM_WINDOW = 16 * MIB
-# The server's resident set falls back within this long after the stream (README).
-RELEASED_WITHIN_S = 3.0
+# Freed memory goes back to the OS once the budget has been idle 1 s (README): a few
+# seconds after the stream the server is back near its idle size (36-47 MiB here).
+RELEASED_WITHIN_S = 5.0
+IDLE_RSS = 128 * MIB
 
 
 def rss_bound(message_bytes: int, streams: int = 1) -> int:
@@ -129,12 +131,13 @@ def check_bound(server, message: int) -> None:
         f"(--memory-budget {BUDGET // MIB} MiB)"
     )
     # Memory freed after the stream goes back to the operating system.
-    deadline = time.monotonic() + RELEASED_WITHIN_S + 2.0
-    while proc_status(pid, "VmRSS") > BUDGET // 2 + FIXED_OVERHEAD // 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + RELEASED_WITHIN_S
+    while proc_status(pid, "VmRSS") > IDLE_RSS and time.monotonic() < deadline:
         time.sleep(0.2)
     rss = proc_status(pid, "VmRSS")
-    assert rss <= BUDGET // 2 + FIXED_OVERHEAD // 2, (
-        f"server RSS {rss / MIB:.0f} MiB {RELEASED_WITHIN_S + 2:.0f} s after the stream (peak {peak / MIB:.0f} MiB)"
+    assert rss <= IDLE_RSS, (
+        f"server RSS {rss / MIB:.0f} MiB {RELEASED_WITHIN_S:.0f} s after the stream "
+        f"(peak {peak / MIB:.0f} MiB): freed memory was not returned"
     )
 
 
