@@ -12,6 +12,7 @@ pub mod flight;
 pub mod http;
 pub mod logging;
 pub mod maintenance;
+pub mod memory;
 pub mod metrics;
 pub mod read;
 pub mod rest;
@@ -237,6 +238,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let service = open_service(&config, warehouse, tokens.clone()).await?;
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
     flight::spawn_writer_expiry(Arc::downgrade(&service));
+    memory::spawn(Arc::downgrade(&service));
     let maintenance = config.maintenance.enabled.then(|| {
         Arc::new(
             maintenance::Maintainer::new(
@@ -244,7 +246,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 config.maintenance.clone(),
                 service.metrics.clone(),
             )
-            .with_target_file_size(config.ingest.target_file_size),
+            .with_target_file_size(config.ingest.target_file_size)
+            .with_memory_budget(service.budget.clone()),
         )
         .spawn(service.shutdown.clone())
     });

@@ -12,8 +12,23 @@ use tokio::signal::unix::{SignalKind, signal};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+unsafe extern "C" {
+    /// mimalloc's own: frees the calling thread's empty pages and, with `force`, returns
+    /// every free page of its arenas to the operating system now (`mimalloc.h`).
+    fn mi_collect(force: bool);
+}
+
+/// What [`skade::memory`] runs once a stream's memory is free: mimalloc keeps freed
+/// pages for reuse (its purge waits for more allocator activity on the same thread).
+fn release_free_memory() {
+    // SAFETY: `mi_collect` only walks the calling thread's heap and the shared arenas;
+    // it is safe to call from any thread at any time.
+    unsafe { mi_collect(true) }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    skade::memory::set_release_hook(release_free_memory);
     let cli = Cli::parse();
     skade::logging::init(cli.log_format);
     let config = match cli.command {

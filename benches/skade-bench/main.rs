@@ -34,9 +34,11 @@
 //!   `ingest_pipelined_overlap` on a commit-bound shape (many small files, small
 //!   files-per-commit). Sizes: `SKADE_OVL_FILES` (200), `SKADE_OVL_ROWS` (2000),
 //!   `SKADE_OVL_FPC` (2), `SKADE_OVL_DEPTH` (4).
-//! - `memory`: peak RSS of the process while a real server ingests a streaming put of
-//!   `SKADE_MEM_GIB` (5) GiB of Arrow data over Flight loopback, vs the memory budget
-//!   `SKADE_MEM_BUDGET_MIB` (512).
+//! - `memory`: peak RSS of the server alone (`skade serve` in a child process) while it
+//!   ingests one streaming put of `SKADE_MEM_GIB` (3) GiB of Arrow over Flight loopback,
+//!   at budgets 256 MiB, 512 MiB and 2 GiB, into an unpartitioned and a `bucket(32, id)`
+//!   table: peak_rss/budget, the README's bound (`skade::memory::rss_bound`), and the
+//!   RSS 1 s and 5 s after the put.
 //! - `peers`: skade vs pyiceberg 0.12 (`benches/peers/pyiceberg_peer.py`, `SqlCatalog` on
 //!   sqlite, venv `benches/peers/.venv` or `SKADE_PEERS_PYTHON`) and iceberg-rust's own
 //!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches

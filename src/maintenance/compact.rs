@@ -22,7 +22,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
 };
@@ -33,8 +32,12 @@ use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use super::project::project;
 use crate::catalog::manifest_cache::{ManifestCache, remember_manifest};
 use crate::write::append::write_added;
+use crate::write::encode::writer_properties;
+use crate::write::file_out::finish_and_write;
 use crate::write::merge::{as_read, entry_as_read, entry_ids, manifest_writer};
-use crate::write::{encode, table_arrow_schema, write_file};
+use crate::write::parallel::FileEncoder;
+use crate::write::partition::unpartitioned;
+use crate::write::{MemoryBudget, table_arrow_schema};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
 /// `min-input-files` default).
@@ -74,6 +77,8 @@ fn tier(bytes: u64) -> u32 {
 /// the table is not a format v2 unpartitioned table. Only files of the current
 /// (unpartitioned) spec are inputs.
 ///
+/// With `budget`, each run holds [`run_reservation`] bytes of it while it is rewritten.
+///
 /// # Errors
 /// iceberg's error for a manifest that cannot be read; a data file that cannot be read,
 /// conformed, encoded or written.
@@ -82,6 +87,7 @@ pub(crate) async fn rewrite(
     manifests: &[ManifestFile],
     target_file_bytes: u64,
     cache: &mut ManifestCache,
+    budget: Option<&MemoryBudget>,
 ) -> Result<Option<Rewrite>> {
     let metadata = table.metadata();
     // A partitioned table is not compacted (a rewritten file must never mix partitions);
@@ -97,7 +103,7 @@ pub(crate) async fn rewrite(
     let mut inputs = Vec::new();
     let mut outputs = Vec::new();
     for run in runs {
-        if let Some(output) = rewrite_run(table, &target, &run).await? {
+        if let Some(output) = rewrite_run(table, &target, &run, budget).await? {
             outputs.push(output);
             inputs.extend(run);
         }
@@ -176,11 +182,15 @@ fn choose_runs(live: Vec<DataFile>, target_file_bytes: u64) -> Vec<Vec<DataFile>
     runs
 }
 
-/// Reads every row of `run` (through the table's storage: a local file or an object),
-/// resolves it against the table's current schema by field id as a reader does
-/// ([`project`]: renamed fields keep their values, dropped ones are gone, missing ones
-/// read their `initial-default`) and writes it as one new data file in `target`, that
-/// schema's Arrow form; `None` for a run with no rows.
+/// Rewrites one run as one file: each input is read and decoded batch by batch, resolved
+/// against the table's current schema by field id as a reader does ([`project`]: renamed
+/// fields keep their values, dropped ones are gone, missing ones read their
+/// `initial-default`), into a [`FileEncoder`] (row groups encode as they fill) of
+/// `target`, that schema's Arrow form, and the file is written straight to storage
+/// ([`finish_and_write`]), so the run is never whole in memory, as Arrow or as Parquet.
+/// With `budget`, [`run_reservation`] bytes are held against `--memory-budget` while it
+/// runs (waiting, as a put does, while the budget is spent). `None` for a run without
+/// rows.
 ///
 /// # Errors
 /// A data file that cannot be read, projected, encoded or written.
@@ -188,36 +198,42 @@ async fn rewrite_run(
     table: &Table,
     target: &arrow_schema::SchemaRef,
     run: &[DataFile],
+    budget: Option<&MemoryBudget>,
 ) -> Result<Option<DataFile>> {
-    let schema = table.metadata().current_schema();
-    let mut batches = Vec::new();
-    for file in run {
-        let path = file.file_path();
-        let bytes = table.file_io().new_input(path)?.read().await?;
-        let read = tokio::task::spawn_blocking(move || read_parquet(&bytes))
-            .await
-            .map_err(|e| {
-                Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
-            })?
-            .map_err(|e| e.with_context("file", path))?;
-        for batch in &read {
-            let projected = project(batch, schema, target).map_err(|e| {
-                Error::new(
-                    ErrorKind::DataInvalid,
-                    format!("data file {path}: column {:?}: {}", e.path, e.reason),
-                )
-            })?;
-            batches.push(projected);
-        }
-    }
-    let mut encoded = encode(table, vec![batches]).await.map_err(to_iceberg)?;
-    let Some(file) = encoded.pop() else {
-        return Ok(None);
+    let name = table.identifier().to_string();
+    let _held = match budget {
+        Some(budget) => Some(budget.reserve(run_reservation(run) as usize).await),
+        None => None,
     };
-    let output = write_file(table, output_path(run[0].file_path()), file)
+    let props = writer_properties(table).map_err(to_iceberg)?;
+    let schema = table.metadata().current_schema().clone();
+    let mut encoder = FileEncoder::new(schema.clone(), props)?;
+    for file in run {
+        let path = file.file_path().to_string();
+        let bytes = table.file_io().new_input(&path)?.read().await?;
+        let (name, schema, target) = (name.clone(), schema.clone(), target.clone());
+        encoder = tokio::task::spawn_blocking(move || {
+            read_into(&bytes, &name, &schema, &target, &mut encoder).map(|()| encoder)
+        })
         .await
-        .map_err(to_iceberg)?;
-    Ok(Some(output))
+        .map_err(|e| {
+            Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
+        })?
+        .map_err(|e| e.with_context("file", path))?;
+    }
+    let partition = unpartitioned(table.metadata().default_partition_spec_id());
+    finish_and_write(table, encoder, output_path(run[0].file_path()), partition)
+        .await
+        .map_err(to_iceberg)
+}
+
+/// Bytes a compaction run holds against `--memory-budget`: its inputs' Parquet bytes
+/// (the output's encoded column chunks, which stay in memory until the file is written,
+/// are about as large) plus twice its largest input (the input being read, and its rows
+/// decoded into the row group being filled).
+pub(crate) fn run_reservation(run: &[DataFile]) -> u64 {
+    let sizes = run.iter().map(DataFile::file_size_in_bytes);
+    sizes.clone().sum::<u64>() + 2 * sizes.max().unwrap_or(0)
 }
 
 /// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
@@ -234,11 +250,18 @@ fn output_path(first: &str) -> String {
     format!("{stem}-c{}.parquet", uuid::Uuid::now_v7().simple())
 }
 
-/// Every row of the Parquet file `bytes`.
+/// Reads every row of the Parquet file `bytes`, conformed to `target` (table `name`'s
+/// schema), into `encoder`, batch by batch.
 ///
 /// # Errors
-/// `DataInvalid` when the bytes are not a readable Parquet file.
-fn read_parquet(bytes: &bytes::Bytes) -> Result<Vec<RecordBatch>> {
+/// `DataInvalid` when the bytes are not a readable Parquet file; a conform error.
+fn read_into(
+    bytes: &bytes::Bytes,
+    name: &str,
+    schema: &iceberg::spec::Schema,
+    target: &arrow_schema::SchemaRef,
+    encoder: &mut FileEncoder,
+) -> Result<()> {
     let invalid = |e: parquet::errors::ParquetError| {
         Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
     };
@@ -246,13 +269,19 @@ fn read_parquet(bytes: &bytes::Bytes) -> Result<Vec<RecordBatch>> {
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
             .and_then(|b| b.build())
             .map_err(invalid)?;
-    reader
-        .map(|batch| {
-            batch.map_err(|e| {
-                Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
-            })
-        })
-        .collect()
+    for batch in reader {
+        let batch = batch.map_err(|e| {
+            Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
+        })?;
+        let projected = project(&batch, schema, target).map_err(|e| {
+            Error::new(
+                ErrorKind::DataInvalid,
+                format!("table {name}: column {:?}: {}", e.path, e.reason),
+            )
+        })?;
+        encoder.push(&projected);
+    }
+    Ok(())
 }
 
 fn to_iceberg(e: crate::write::WriteError) -> Error {

@@ -127,6 +127,8 @@ pub struct Maintainer {
     metrics: Metrics,
     /// `--target-file-size` (Arrow bytes): what compaction considers small.
     target_file_bytes: u64,
+    /// The server's `--memory-budget`, which compaction's runs hold bytes of.
+    budget: Option<crate::write::MemoryBudget>,
     /// Passes run one at a time.
     state: tokio::sync::Mutex<State>,
 }
@@ -155,6 +157,7 @@ impl Maintainer {
             config,
             metrics,
             target_file_bytes: 128 << 20,
+            budget: None,
             state: tokio::sync::Mutex::default(),
         }
     }
@@ -163,6 +166,14 @@ impl Maintainer {
     /// files under a quarter of it are small.
     pub fn with_target_file_size(mut self, bytes: u64) -> Self {
         self.target_file_bytes = bytes;
+        self
+    }
+
+    /// Makes compaction hold the bytes it reads and writes against `budget` (the
+    /// server's `--memory-budget`, shared with the streams), so table maintenance stays
+    /// within the process's memory bound (README, "Memory and backpressure").
+    pub fn with_memory_budget(mut self, budget: crate::write::MemoryBudget) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -431,6 +442,7 @@ impl Maintainer {
             &manifests,
             crate::write::target_file_size(&table, self.target_file_bytes),
             cache,
+            self.budget.as_ref(),
         )
         .await?
         else {

@@ -34,6 +34,7 @@
 //! - [`defaults`]: column defaults (`initial-default`, `write-default`) as Arrow columns.
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
+//! - [`file_out`]: a filled file finished straight into storage, never whole in memory.
 //! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
 //!   stream's first data.
 //! - [`mod@append`]: the append both lanes commit (Java's merge append; never re-reads
@@ -54,6 +55,7 @@ pub mod conform;
 pub mod defaults;
 pub mod encode;
 pub mod evolve;
+pub mod file_out;
 pub mod file_stats;
 pub mod ingest;
 pub mod merge;

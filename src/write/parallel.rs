@@ -218,30 +218,56 @@ impl FileEncoder {
     /// Encodes what is left, waits for every row group, and returns the file's bytes and
     /// `DataFile` builder (no path yet), or `None` if no rows were pushed. Blocking.
     ///
+    /// The whole file is assembled in memory; [`Self::finish_into`] streams it instead.
+    ///
+    /// # Errors
+    /// As [`Self::finish_into`].
+    pub fn finish(self) -> iceberg::Result<Option<(Bytes, DataFileBuilder)>> {
+        let mut buffer = Vec::new();
+        Ok(self
+            .finish_into(&mut buffer)?
+            .map(|(_, builder)| (Bytes::from(buffer), builder)))
+    }
+
+    /// Encodes what is left and writes the file to `out` row group by row group, in
+    /// schema order, as each row group's encode completes; returns the file's size in
+    /// bytes and its `DataFile` builder (no path yet), or `None` (nothing written) if no
+    /// rows were pushed. Blocking.
+    ///
+    /// Each column chunk is freed once it is written, so the file is never whole in
+    /// memory: what this holds beyond the rows' encoded chunks is `out`'s own buffer
+    /// (`README`, "Memory").
+    ///
     /// # Errors
     /// An iceberg error wrapping the Parquet error (e.g. a batch column whose type does
-    /// not match the schema), or one from reading the footer's statistics.
-    pub fn finish(mut self) -> iceberg::Result<Option<(Bytes, DataFileBuilder)>> {
+    /// not match the schema) or `out`'s I/O error, or one from reading the footer's
+    /// statistics.
+    pub fn finish_into<W: std::io::Write + Send>(
+        mut self,
+        out: W,
+    ) -> iceberg::Result<Option<(u64, DataFileBuilder)>> {
         if self.rows == 0 {
             return Ok(None);
         }
-        let mut buffer = Vec::new();
-        let writer =
-            ArrowWriter::try_new(&mut buffer, self.arrow.clone(), Some(self.props.clone()))
-                .map_err(parquet_error)?;
+        let mut written = 0u64;
+        let out = CountingWrite {
+            inner: out,
+            bytes: &mut written,
+        };
+        let writer = ArrowWriter::try_new(out, self.arrow.clone(), Some(self.props.clone()))
+            .map_err(parquet_error)?;
         if self.sequential {
             let metadata = sequential(writer, &self.all)?;
             let nans = self.nan_counts()?;
-            let bytes = Bytes::from(buffer);
-            let builder = data_file_from_footer(&self.schema, &metadata, bytes.len() as u64, nans)?;
-            return Ok(Some((bytes, builder)));
+            let builder = data_file_from_footer(&self.schema, &metadata, written, nans)?;
+            return Ok(Some((written, builder)));
         }
         if self.open_rows > 0 {
             self.start_row_group();
         }
         let (mut file, _) = writer.into_serialized_writer().map_err(parquet_error)?;
         let nans = self.nan_counts()?;
-        for row_group in self.row_groups {
+        for row_group in std::mem::take(&mut self.row_groups) {
             let mut out = file.next_row_group().map_err(parquet_error)?;
             for column in row_group.columns {
                 for chunk in wait(column)?.map_err(parquet_error)? {
@@ -251,9 +277,26 @@ impl FileEncoder {
             out.close().map_err(parquet_error)?;
         }
         let metadata = file.close().map_err(parquet_error)?;
-        let bytes = Bytes::from(buffer);
-        let builder = data_file_from_footer(&self.schema, &metadata, bytes.len() as u64, nans)?;
-        Ok(Some((bytes, builder)))
+        let builder = data_file_from_footer(&self.schema, &metadata, written, nans)?;
+        Ok(Some((written, builder)))
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+struct CountingWrite<'a, W> {
+    inner: W,
+    bytes: &'a mut u64,
+}
+
+impl<W: std::io::Write> std::io::Write for CountingWrite<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        *self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -314,8 +357,8 @@ fn wait<T>(rx: Receiver<T>) -> iceberg::Result<T> {
 }
 
 /// The one-core path: `ArrowWriter::write` batch by batch; returns the footer.
-fn sequential(
-    mut writer: ArrowWriter<&mut Vec<u8>>,
+fn sequential<W: std::io::Write + Send>(
+    mut writer: ArrowWriter<W>,
     batches: &[RecordBatch],
 ) -> iceberg::Result<ParquetMetaData> {
     for batch in batches {

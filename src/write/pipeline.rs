@@ -32,18 +32,17 @@ use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
 use super::evolve::{SchemaChange, commit_evolving};
+use super::file_out::finish_and_write;
 use super::ingest::{
     FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
 };
-use super::parallel::FileEncoder;
-use super::partition::PartitionTuple;
 use crate::catalog::{RedbCatalog, marks};
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
 pub enum Segment {
     /// One data file, its row groups already encoding on rayon as its rows arrived
-    /// ([`FileEncoder`], from a [`super::Batcher`]). The reservation (its rows' bytes) is
+    /// ([`super::parallel::FileEncoder`], from a [`super::Batcher`]). The reservation (its rows' bytes) is
     /// released once the file is written.
     File(FullFile),
     /// One data file already encoded (the design's collected-groups form).
@@ -83,10 +82,11 @@ impl FileSink for StageFiles<'_> {
             partition,
             ..
         } = file;
-        if let Some(encoded) = finish(self.table, *encoder, partition).await? {
+        if encoder.rows() > 0 {
             let path = self.names.next_path(self.table);
-            self.files
-                .push(write_file(self.table, path, encoded).await?);
+            if let Some(file) = finish_and_write(self.table, *encoder, path, partition).await? {
+                self.files.push(file);
+            }
         }
         drop(reservation);
         Ok(())
@@ -384,61 +384,30 @@ async fn commit_in_turn(
     }
 }
 
-/// Waits for `encoder`'s row groups (on the blocking pool) and assembles its file.
-async fn finish(
-    table: &Table,
-    encoder: FileEncoder,
-    partition: PartitionTuple,
-) -> Result<Option<EncodedFile>, WriteError> {
-    let rows = encoder.rows();
-    let name = table.identifier().to_string();
-    let finished = tokio::task::spawn_blocking(move || encoder.finish())
-        .await
-        .map_err(|e| WriteError::Task {
-            table: name.clone(),
-            reason: e.to_string(),
-        })?
-        .map_err(|source| WriteError::Encode {
-            table: name,
-            source: Box::new(source),
-        })?;
-    Ok(finished.map(|(bytes, data_file)| EncodedFile {
-        bytes,
-        data_file,
-        rows,
-        partition,
-    }))
-}
-
 /// Finishes encoding (if needed) and writes one item; `None` for a file without rows.
 async fn prepare(
     table: &Table,
     item: Segment,
     path: Option<String>,
 ) -> Result<Option<Written>, WriteError> {
-    // The reservation (a file's rows' bytes) is held until its file is written.
-    let (encoded, _reservation, sequences, boundary) = match item {
+    let Some(path) = path else {
+        return Ok(Some(Written::Commit));
+    };
+    let (written, sequences, boundary) = match item {
         Segment::Commit => return Ok(Some(Written::Commit)),
-        Segment::Encoded(file) => (Some(*file), None, None, true),
+        Segment::Encoded(file) => (Some(write_file(table, path, *file).await?), None, true),
         Segment::File(FullFile {
             encoder,
             reservation,
             sequences,
             partition,
             commit_boundary,
-        }) => (
-            finish(table, *encoder, partition).await?,
-            Some(reservation),
-            sequences,
-            commit_boundary,
-        ),
+        }) => {
+            // The reservation (the file's rows' bytes) is held until the file is written.
+            let written = finish_and_write(table, *encoder, path, partition).await?;
+            drop(reservation);
+            (written, sequences, commit_boundary)
+        }
     };
-    match (encoded, path) {
-        (Some(file), Some(path)) => Ok(Some(Written::File(
-            Box::new(write_file(table, path, file).await?),
-            sequences,
-            boundary,
-        ))),
-        _ => Ok(None),
-    }
+    Ok(written.map(|file| Written::File(Box::new(file), sequences, boundary)))
 }
