@@ -281,7 +281,7 @@ pub fn client_ending(status: &Status) -> Option<String> {
 /// object store (an S3 warehouse's upload, read or delete) is `Unavailable` whatever its
 /// kind: the storage, not the request, failed.
 fn iceberg_code(e: &iceberg::Error) -> Code {
-    if crate::catalog::object_store::is_object_store_error(e) {
+    if crate::storage::object_store::is_object_store_error(e) {
         return Code::Unavailable;
     }
     match e.kind() {

@@ -15,6 +15,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod read;
 pub mod rest;
+pub mod storage;
 pub mod tls;
 pub mod write;
 

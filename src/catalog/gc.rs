@@ -17,7 +17,7 @@
 //! the grace period. Only regular files directly or deeper under `<location>/data/` and
 //! `<location>/metadata/` of a catalog table are considered (objects under those
 //! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
-//! through `catalog::file_store::FileStore`); anything else under the warehouse is left
+//! through `storage::file_store::FileStore`); anything else under the warehouse is left
 //! alone.
 //!
 //! gc holds the catalog open for the whole run, so it cannot run beside a live server:
@@ -33,9 +33,9 @@ use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::RedbCatalog;
-use super::file_store::FileStore;
 use super::manifest_cache::ManifestCache;
 use super::warehouse::Warehouse;
+use crate::storage::file_store::FileStore;
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]

@@ -42,9 +42,9 @@ type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
-use super::durable;
 use super::marks::{MarkAdvance, MarkTables};
 use super::store::{NAMESPACES, TABLES};
+use crate::storage::durable;
 
 /// One pointer flip of a release.
 #[derive(Debug, Clone)]

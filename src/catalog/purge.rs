@@ -18,8 +18,8 @@ use iceberg::{Catalog, Error, ErrorKind, Result};
 use tracing::info;
 
 use super::RedbCatalog;
-use super::file_store::FileStore;
 use super::gc::{ReferenceWalker, local_path};
+use crate::storage::file_store::FileStore;
 
 /// Removes `table`'s files under its location; `table` is already out of the catalog.
 /// Returns how many files were removed.

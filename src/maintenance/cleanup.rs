@@ -34,9 +34,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use iceberg::table::Table;
 
-use crate::catalog::file_store::{FileStore, StoredFile};
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
+use crate::storage::file_store::{FileStore, StoredFile};
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).

@@ -41,11 +41,11 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::GcError;
 use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged, redb_commit_count};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
+use crate::storage::file_store::FileStore;
 use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Removed, Sweeper, SweptTable};
 
 /// A sweep runs at least this often even when no table changed (leftovers of failed

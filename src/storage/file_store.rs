@@ -13,9 +13,9 @@ use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::gc::{GcError, local_path};
 use super::object_store::{ListedObject, ObjectStorage};
-use super::warehouse::Warehouse;
+use crate::catalog::gc::{GcError, local_path};
+use crate::catalog::warehouse::Warehouse;
 
 /// Objects inspected at once on an object store (one `HEAD` each).
 const STATS_IN_FLIGHT: usize = 16;
@@ -104,7 +104,7 @@ impl FileStore {
             Self::Local => {
                 let dir = dir.to_path_buf();
                 blocking(move || {
-                    Ok(super::gc::files_under(&dir)?
+                    Ok(crate::catalog::gc::files_under(&dir)?
                         .into_iter()
                         .map(|(path, meta)| StoredFile {
                             size_bytes: meta.len(),
