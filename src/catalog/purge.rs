@@ -60,7 +60,7 @@ pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<
     let mut ours = HashSet::new();
     walker.references(table, &mut ours).await?;
     let ident = table.identifier().to_string();
-    let failed = |e: super::gc::GcError| {
+    let failed = |e: crate::storage::StorageError| {
         Error::new(ErrorKind::Unexpected, format!("purge {ident}: {e}")).with_source(e)
     };
 

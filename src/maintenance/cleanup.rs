@@ -230,7 +230,7 @@ impl Sweeper {
                 seen.insert(file.path, now);
             }
             self.unreferenced = seen;
-            return Err(e);
+            return Err(e.into());
         }
         self.unreferenced = seen;
         Ok(doomed

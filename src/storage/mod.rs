@@ -13,9 +13,14 @@
 //!   `syncfs`).
 //! - `file_store`: listing, inspecting and removing table files for cleanup, `skade gc`,
 //!   purge and a rolled-back transaction's staged files.
+//!
+//! Failures are [`StorageError`]s naming the operation and the file or object.
 
 pub mod durable;
+mod error;
 pub(crate) mod file_store;
 pub mod local;
 pub mod object_store;
 pub mod uploads;
+
+pub use error::StorageError;
