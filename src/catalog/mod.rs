@@ -172,7 +172,7 @@ impl RedbCatalog {
 
     /// A handle of `table` (same identifier and metadata location) over `metadata`, with
     /// nothing written: the base a change is staged on before it is committed (e.g. a
-    /// schema evolved on ingest, whose fast append must be written with it,
+    /// schema evolved on ingest, whose append must be written with it,
     /// `write::evolve`).
     ///
     /// # Errors

@@ -45,7 +45,7 @@ pub enum Release {
     Create {
         /// The planned table.
         table: Table,
-        /// Requirements on the planned metadata (e.g. a staged fast append's).
+        /// Requirements on the planned metadata (e.g. a staged append's).
         requirements: Vec<TableRequirement>,
         /// Updates to apply on top of the planned metadata (may be empty).
         updates: Vec<TableUpdate>,
