@@ -59,8 +59,8 @@ pub use commit::{
     Staged,
 };
 pub use counters::{CommitCounts, redb_commit_count};
-pub use error::is_lock_error;
 use error::{io_error, redb_error};
+pub use error::{is_lock_error, is_storage_failure};
 use group_commit::Committer;
 use metadata_cache::MetadataCache;
 pub use pins::WritePin;
