@@ -306,7 +306,9 @@ pub fn client_ending(status: &Status) -> Option<String> {
 /// object store (an S3 warehouse's upload, read or delete) is `Unavailable` whatever its
 /// kind: the storage, not the request, failed.
 fn iceberg_code(e: &iceberg::Error) -> Code {
-    if crate::catalog::object_store::is_object_store_error(e) {
+    if crate::storage::object_store::is_object_store_error(e)
+        || crate::catalog::is_storage_failure(e)
+    {
         return Code::Unavailable;
     }
     match e.kind() {
@@ -376,6 +378,24 @@ mod tests {
         assert_eq!(e.into_status().code(), Code::Unavailable);
         let other = Error::catalog(&"ns.t", iceberg::Error::new(ErrorKind::Unexpected, "bug"));
         assert_eq!(other.into_status().code(), Code::Internal);
+    }
+
+    /// A commit whose local warehouse sync or redb transaction failed is `Unavailable`
+    /// with the cause in its message, not `Internal`.
+    /// RED before: the group commit's error had no source and mapped to Internal.
+    #[test]
+    fn local_storage_failures_at_commit_are_unavailable() {
+        let full = std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left on device");
+        let source = iceberg::Error::new(ErrorKind::Unexpected, "sync warehouse /w: No space left")
+            .with_source(full);
+        let e = Error::catalog(&"ns.t", source);
+        let status = e.into_status();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(
+            status.message().contains("No space left"),
+            "{}",
+            status.message()
+        );
     }
 
     /// The error travels inside every `Result` of the put path; keep it small.

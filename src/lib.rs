@@ -16,6 +16,7 @@ pub mod memory;
 pub mod metrics;
 pub mod read;
 pub mod rest;
+pub mod storage;
 pub mod tls;
 pub mod write;
 

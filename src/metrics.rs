@@ -14,7 +14,7 @@ use prometheus::{
 };
 
 use crate::catalog::CommitCounts;
-use crate::catalog::object_store::ObjectStoreMetrics;
+use crate::storage::object_store::ObjectStoreMetrics;
 use crate::write::IngestStats;
 
 /// Durable redb write transactions on the data paths (= commit fsyncs).

@@ -63,7 +63,7 @@ fn floor_commits_per_s(dir: &Path, n: usize) -> f64 {
         for f in 0..4 {
             std::fs::write(dir.join(format!("f{i}-{f}")), [0u8; 1024]).expect("file");
         }
-        skade::catalog::durable::sync_warehouse(dir).expect("syncfs");
+        skade::storage::durable::sync_warehouse(dir).expect("syncfs");
         let txn = db.begin_write().expect("txn");
         txn.open_table(T)
             .expect("table")

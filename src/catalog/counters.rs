@@ -80,7 +80,7 @@ impl RedbCatalog {
         self.commit_counts().commits()
     }
 
-    /// Warehouse syncs ([`super::durable::sync_warehouse`], one `syncfs(2)` each) made for this
+    /// Warehouse syncs ([`crate::storage::durable::sync_warehouse`], one `syncfs(2)` each) made for this
     /// instance's data commits: one per counted redb transaction of
     /// [`Self::commit_count`], made after the transaction's compare-and-swaps passed and
     /// before it commits (a commit that loses a race no longer syncs). Table creation

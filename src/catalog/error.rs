@@ -19,6 +19,20 @@ pub fn is_lock_error(e: &Error) -> bool {
     false
 }
 
+/// Whether `e` is a failure of the local storage under the catalog — a commit's warehouse
+/// `syncfs` or its redb transaction (an I/O error in its source chain) — rather than a
+/// bug: the server answers it `Unavailable`, keeping the cause in the message.
+pub fn is_storage_failure(e: &Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() || s.is::<redb::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 pub(super) fn redb_error(e: impl Into<redb::Error>) -> Error {
     let e: redb::Error = e.into();
     Error::new(ErrorKind::Unexpected, format!("catalog storage: {e}")).with_source(e)

@@ -17,7 +17,7 @@
 //! the grace period. Only regular files directly or deeper under `<location>/data/` and
 //! `<location>/metadata/` of a catalog table are considered (objects under those
 //! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
-//! through `catalog::file_store::FileStore`); anything else under the warehouse is left
+//! through `storage::file_store::FileStore`); anything else under the warehouse is left
 //! alone.
 //!
 //! gc holds the catalog open for the whole run, so it cannot run beside a live server:
@@ -33,9 +33,11 @@ use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::RedbCatalog;
-use super::file_store::FileStore;
 use super::manifest_cache::ManifestCache;
 use super::warehouse::Warehouse;
+use crate::storage::StorageError;
+use crate::storage::file_store::FileStore;
+pub(crate) use crate::storage::file_store::local_path;
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]
@@ -144,6 +146,23 @@ pub enum GcError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl From<StorageError> for GcError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            StorageError::Io { what, path, source } => Self::Io { what, path, source },
+            StorageError::Store {
+                what,
+                location,
+                source,
+            } => Self::Store {
+                what,
+                location,
+                source,
+            },
+        }
+    }
 }
 
 /// Removes the orphan files of every table of the catalog in `data_dir`, whose warehouse
@@ -363,54 +382,6 @@ async fn remove_orphans(
     }
     report.removed.extend(doomed);
     Ok(())
-}
-
-/// Every regular file under `dir` (recursively) with its metadata; none when `dir` does
-/// not exist. Symbolic links are not followed and not listed.
-pub(crate) fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, GcError> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => {
-                return Err(GcError::Io {
-                    what: "list",
-                    path: dir,
-                    source,
-                });
-            }
-        };
-        for entry in entries {
-            let entry = entry.map_err(|source| GcError::Io {
-                what: "list",
-                path: dir.clone(),
-                source,
-            })?;
-            let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).map_err(|source| GcError::Io {
-                what: "inspect",
-                path: path.clone(),
-                source,
-            })?;
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                out.push((path, meta));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
-pub(crate) fn local_path(location: &str) -> PathBuf {
-    let path = location
-        .strip_prefix("file://")
-        .or_else(|| location.strip_prefix("file:"))
-        .unwrap_or(location);
-    PathBuf::from(path)
 }
 
 #[cfg(test)]

@@ -42,9 +42,9 @@ type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
-use super::durable;
 use super::marks::{MarkAdvance, MarkTables};
 use super::store::{NAMESPACES, TABLES};
+use crate::storage::durable;
 
 /// One pointer flip of a release.
 #[derive(Debug, Clone)]
@@ -109,9 +109,22 @@ enum BatchError {
 impl BatchError {
     /// The error each release of a failed batch of `releases` gets (iceberg's errors are
     /// not `Clone`, so every caller gets its own, with the same message).
+    /// A failed warehouse sync or redb transaction keeps its cause as an I/O error of the
+    /// same kind (what [`super::is_storage_failure`] recognizes: the local storage
+    /// failed, `Unavailable`); a panic has none (`Internal`).
     fn for_caller(&self, releases: usize) -> Error {
-        Error::new(ErrorKind::Unexpected, self.to_string())
-            .with_context("releases_in_batch", releases.to_string())
+        let e = Error::new(ErrorKind::Unexpected, self.to_string())
+            .with_context("releases_in_batch", releases.to_string());
+        match self {
+            Self::Sync { source, .. } => {
+                e.with_source(std::io::Error::new(source.kind(), source.to_string()))
+            }
+            Self::Storage(redb::Error::Io(source)) => {
+                e.with_source(std::io::Error::new(source.kind(), source.to_string()))
+            }
+            Self::Storage(other) => e.with_source(std::io::Error::other(other.to_string())),
+            Self::Panicked => e,
+        }
     }
 }
 
@@ -359,5 +372,29 @@ impl Drop for Pause {
 fn answer(batch: Vec<Request>, outcomes: Vec<Result<()>>) {
     for (request, outcome) in batch.into_iter().zip(outcomes) {
         let _ = request.reply.send(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches a failed sync or redb transaction reaching callers without its cause (then
+    // answered Internal instead of Unavailable).
+    #[test]
+    fn a_failed_batch_keeps_its_storage_cause() {
+        let sync = BatchError::Sync {
+            path: PathBuf::from("/w"),
+            source: std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left"),
+        };
+        let e = sync.for_caller(2);
+        assert!(super::super::is_storage_failure(&e));
+        let cause = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("an I/O cause");
+        assert_eq!(cause.kind(), std::io::ErrorKind::StorageFull);
+        assert!(!super::super::is_storage_failure(
+            &BatchError::Panicked.for_caller(1)
+        ));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! [`RedbCatalog`] implements [`iceberg::Catalog`] over one redb file. Each table's
 //! current metadata location is a row in redb; a commit writes the new metadata JSON,
-//! makes the warehouse durable ([`durable::sync_warehouse`]) and flips the pointer in ONE
+//! makes the warehouse durable ([`crate::storage::durable::sync_warehouse`]) and flips the pointer in ONE
 //! redb write transaction at `Durability::Immediate` — a compare-and-swap against the
 //! location the commit was built on. A moved pointer is a *retryable*
 //! `CatalogCommitConflicts`, so iceberg's `Transaction::commit` rebases and retries (the
@@ -27,25 +27,20 @@
 mod blocking;
 pub mod commit;
 mod counters;
-pub mod durable;
 mod error;
 mod face;
 #[doc(hidden)]
 pub mod fault;
-pub(crate) mod file_store;
 pub mod gc;
 mod group_commit;
 pub mod manifest_cache;
 pub mod marks;
 mod metadata_cache;
 mod metadata_json;
-pub mod object_store;
 mod pins;
 mod purge;
 mod release;
-pub mod storage;
 mod store;
-pub mod uploads;
 pub mod warehouse;
 
 use std::path::Path;
@@ -64,8 +59,8 @@ pub use commit::{
     Staged,
 };
 pub use counters::{CommitCounts, redb_commit_count};
-pub use error::is_lock_error;
 use error::{io_error, redb_error};
+pub use error::{is_lock_error, is_storage_failure};
 use group_commit::Committer;
 use metadata_cache::MetadataCache;
 pub use pins::WritePin;
@@ -177,7 +172,7 @@ impl RedbCatalog {
 
     /// A handle of `table` (same identifier and metadata location) over `metadata`, with
     /// nothing written: the base a change is staged on before it is committed (e.g. a
-    /// schema evolved on ingest, whose fast append must be written with it,
+    /// schema evolved on ingest, whose append must be written with it,
     /// `write::evolve`).
     ///
     /// # Errors

@@ -18,8 +18,8 @@ use iceberg::{Catalog, Error, ErrorKind, Result};
 use tracing::info;
 
 use super::RedbCatalog;
-use super::file_store::FileStore;
 use super::gc::{ReferenceWalker, local_path};
+use crate::storage::file_store::FileStore;
 
 /// Removes `table`'s files under its location; `table` is already out of the catalog.
 /// Returns how many files were removed.
@@ -60,7 +60,7 @@ pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<
     let mut ours = HashSet::new();
     walker.references(table, &mut ours).await?;
     let ident = table.identifier().to_string();
-    let failed = |e: super::gc::GcError| {
+    let failed = |e: crate::storage::StorageError| {
         Error::new(ErrorKind::Unexpected, format!("purge {ident}: {e}")).with_source(e)
     };
 

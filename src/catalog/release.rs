@@ -45,7 +45,7 @@ pub enum Release {
     Create {
         /// The planned table.
         table: Table,
-        /// Requirements on the planned metadata (e.g. a staged fast append's).
+        /// Requirements on the planned metadata (e.g. a staged append's).
         requirements: Vec<TableRequirement>,
         /// Updates to apply on top of the planned metadata (may be empty).
         updates: Vec<TableUpdate>,
@@ -332,7 +332,7 @@ impl RedbCatalog {
     ///
     /// # Errors
     /// As [`super::group_commit::Committer::submit`], or a failed write-behind upload on S3
-    /// ([`super::uploads::PendingUploads::wait_under`]); nothing of `prepared` is visible
+    /// ([`crate::storage::uploads::PendingUploads::wait_under`]); nothing of `prepared` is visible
     /// then.
     pub(super) async fn release(&self, prepared: Vec<PreparedCommit>) -> Result<Vec<Table>> {
         // On S3 a commit's manifests upload behind their writers: stored before queued.

@@ -10,7 +10,8 @@ use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::blocking::blocking;
 use super::error::{io_error, namespace_not_found, redb_error, table_exists, table_not_found};
-use super::{RedbCatalog, durable, marks};
+use super::{RedbCatalog, marks};
+use crate::storage::durable;
 
 /// Namespace key → JSON object of the namespace's properties.
 pub(super) const NAMESPACES: TableDefinition<&str, &str> = TableDefinition::new("namespaces");

@@ -1,9 +1,9 @@
 //! Where a catalog's tables live: a local directory or an S3 prefix (issue #17).
 //!
-//! A local warehouse is written through [`super::storage::WarehouseStorage`] and made
-//! durable by one `syncfs(2)` before each pointer flip ([`super::durable`]). An S3
+//! A local warehouse is written through [`crate::storage::local::WarehouseStorage`] and made
+//! durable by one `syncfs(2)` before each pointer flip ([`crate::storage::durable`]). An S3
 //! warehouse is written through iceberg's own OpenDAL storage
-//! ([`super::object_store::ObjectStorage`]): an object PUT (or a completed multipart
+//! ([`crate::storage::object_store::ObjectStorage`]): an object PUT (or a completed multipart
 //! upload) that returned is durable, so nothing is synced — every data file, manifest,
 //! manifest list and metadata JSON of a commit has been uploaded before its release is
 //! queued, and the redb transaction moves the pointer only after that.
@@ -18,9 +18,9 @@ use iceberg::io::{
 };
 use iceberg::{Error, ErrorKind, Result};
 
-use super::object_store::{ObjectStorage, ObjectStorageFactory, ObjectStoreMetrics};
-use super::storage;
-use super::uploads::PendingUploads;
+use crate::storage::local as storage;
+use crate::storage::object_store::{ObjectStorage, ObjectStorageFactory, ObjectStoreMetrics};
+use crate::storage::uploads::PendingUploads;
 
 /// The region used when neither `--s3-region` nor `AWS_REGION`/`AWS_DEFAULT_REGION` says
 /// one (S3-compatible stores mostly ignore it, but requests are signed with it).
@@ -64,7 +64,7 @@ pub struct S3Warehouse {
     region: String,
     metrics: Option<ObjectStoreMetrics>,
     /// Manifests and manifest lists still uploading (shared by every storage of this
-    /// warehouse; see [`super::uploads`]).
+    /// warehouse; see [`crate::storage::uploads`]).
     uploads: Arc<PendingUploads>,
 }
 

@@ -37,6 +37,7 @@ use super::{Service, read::DataStream};
 use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
+use crate::storage::file_store::FileStore;
 use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles};
 
 /// The Flight SQL action that opens a transaction.
@@ -605,6 +606,7 @@ async fn resolve(
         names: FileNames::new(),
         files: Vec::new(),
         schema_change,
+        store: FileStore::of(svc.catalog.warehouse()),
     });
     Ok(())
 }

@@ -29,6 +29,7 @@ use super::exactly_once::TxnKey;
 use crate::catalog::marks;
 use crate::error::Error;
 use crate::metrics::{self, Metrics};
+use crate::storage::file_store::FileStore;
 use crate::write::{self, FileNames, IngestStats, StagedTable};
 
 /// The gRPC header a client may set to name its session explicitly (e.g. with ADBC's
@@ -99,6 +100,8 @@ pub(crate) struct Staged {
     /// The schema this transaction's ingests evolved the table to (committed with the
     /// files), when the table opted in.
     pub(crate) schema_change: Option<write::SchemaChange>,
+    /// Where the table's files are stored (what a discard removes them through).
+    pub(crate) store: FileStore,
 }
 
 /// The staged contents of a transaction (or of one autocommit ingest).
@@ -118,21 +121,25 @@ impl TxnState {
             .find(|s| s.table.identifier() == ident)
     }
 
-    /// Deletes every staged data file (best effort) and forgets them.
+    /// Deletes every staged data file (best effort, through the table's storage: the
+    /// filesystem or the object store) and forgets them.
     pub(crate) async fn discard(&mut self) {
         for staged in self.tables.drain(..) {
-            let file_io = staged.table.file_io();
-            for file in &staged.files {
-                if let Err(e) = file_io.delete(file.file_path()).await {
-                    warn!(path = file.file_path(), error = %e, "cannot delete a staged data file");
-                }
+            let store = &staged.store;
+            let paths: Vec<_> = staged
+                .files
+                .iter()
+                .filter_map(|file| store.path_of(file.file_path()))
+                .collect();
+            if let Err(e) = store.remove(paths).await {
+                warn!(table = %staged.table.identifier(), error = %e, "cannot delete staged data files");
             }
             if staged.create {
-                // A planned table owns its directories only while they are empty.
-                let location = std::path::Path::new(staged.table.metadata().location());
-                let _ = std::fs::remove_dir(location.join("data"));
-                let _ = std::fs::remove_dir(location.join("metadata"));
-                let _ = std::fs::remove_dir(location);
+                // A planned table owns its directories only while they are empty (an
+                // object store has none).
+                if let Some(location) = store.path_of(staged.table.metadata().location()) {
+                    store.remove_empty_dirs(vec![location]).await;
+                }
             }
         }
     }

@@ -47,9 +47,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use iceberg::table::Table;
 
-use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
+use crate::storage::file_store::{FileStore, StoredFile};
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).
@@ -319,7 +319,7 @@ impl Sweeper {
                 seen.insert(path, waiting);
             }
             self.unreferenced = seen;
-            return Err(e);
+            return Err(e.into());
         }
         self.waiting = waiting_in(&seen, oldest_pin, wall);
         self.unreferenced = seen;

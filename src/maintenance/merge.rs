@@ -2,8 +2,8 @@
 //! the same live data files in fewer manifests (like Java's `RewriteManifests`).
 //!
 //! Appends made by skade merge inline, as Java's merge append does (`write::append`);
-//! this pass merges what other writers left (e.g. a table written through the
-//! library's fast append), and tables whose rules changed. The rules and the merge
+//! this pass merges what other writers left (e.g. a table written by another Iceberg
+//! writer's fast append), and tables whose rules changed. The rules and the merge
 //! itself are shared: [`crate::write::merge`].
 
 use std::collections::HashMap;

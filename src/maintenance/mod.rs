@@ -44,11 +44,11 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::catalog::file_store::FileStore;
 use crate::catalog::gc::GcError;
-use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged, redb_commit_count};
+use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
+use crate::storage::file_store::FileStore;
 pub use cleanup::WaitingFiles;
 use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Limits, Removed, Sweeper, SweptTable};
 
@@ -187,11 +187,11 @@ impl Maintainer {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let wake_after = self.wake_after_commits();
             loop {
-                let since = redb_commit_count();
+                let since = self.catalog.commit_count();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tick.tick() => {}
-                    _ = commits_since(since, wake_after) => tick.reset(),
+                    _ = commits_since(&self.catalog, since, wake_after) => tick.reset(),
                 }
                 if let Err(e) = self.pass(Some(&shutdown)).await {
                     self.metrics.record_maintenance_error(e.job());
@@ -642,12 +642,13 @@ impl Maintainer {
     }
 }
 
-/// Returns once `n` catalog commits landed after the count `start`
-/// ([`redb_commit_count`], process-wide), looking every 50 ms.
-async fn commits_since(start: u64, n: u64) {
+/// Returns once `n` commits of `catalog` landed after its count `start`
+/// ([`RedbCatalog::commit_count`]: this catalog's, not the process-wide count, so another
+/// catalog in the same process never wakes this one's passes), looking every 50 ms.
+async fn commits_since(catalog: &RedbCatalog, start: u64, n: u64) {
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        if redb_commit_count().saturating_sub(start) >= n {
+        if catalog.commit_count().saturating_sub(start) >= n {
             return;
         }
     }

@@ -294,13 +294,13 @@ pub fn rebase(table: &Table, change: &SchemaChange) -> iceberg::Result<SchemaCha
     })
 }
 
-/// Stages `data_files` as one fast append on `evolved` (from [`evolved_handle`]) that
+/// Stages `data_files` as one append ([`stage_append`]) on `evolved` (from [`evolved_handle`]) that
 /// also makes `change` the table's current schema: `(requirements, updates)` for ONE
 /// catalog commit — the append's own, plus "the current schema is still
 /// `change.base_schema_id`", with `AddSchema` + `SetCurrentSchema` before the append.
 ///
 /// # Errors
-/// iceberg's error from the fast append (e.g. a manifest write failure).
+/// iceberg's error from the append (e.g. a manifest write failure).
 pub async fn stage_evolving_append(
     evolved: Table,
     change: &SchemaChange,

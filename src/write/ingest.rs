@@ -113,7 +113,7 @@ impl Default for FileNames {
 /// order.
 ///
 /// The bytes are not fsynced here: the commit that references them syncs the warehouse
-/// before its pointer flip (see `catalog::durable`).
+/// before its pointer flip (see `storage::durable`).
 ///
 /// # Errors
 /// [`WriteError::Storage`] naming the file that failed; files already written stay as

@@ -116,13 +116,13 @@ pub(crate) const S3_WAREHOUSE: &str = "s3://crash/warehouse";
 
 impl S3Store {
     /// The store as skade's object storage, to list what a killed server left.
-    pub(crate) fn storage(&self) -> skade::catalog::object_store::ObjectStorage {
+    pub(crate) fn storage(&self) -> skade::storage::object_store::ObjectStorage {
         let props = HashMap::from([
             ("s3.endpoint".to_string(), self.endpoint.clone()),
             ("s3.region".to_string(), "us-east-1".to_string()),
             ("s3.path-style-access".to_string(), "true".to_string()),
         ]);
-        skade::catalog::object_store::ObjectStorage::new(&props, None)
+        skade::storage::object_store::ObjectStorage::new(&props, None)
     }
 }
 

@@ -108,7 +108,7 @@ async fn sync_counter_advances_once_per_data_commit() {
         .await
         .unwrap_err();
     assert_eq!((syncs(), commits()), (2, 2));
-    assert!(skade::catalog::durable::warehouse_sync_count() >= 2);
+    assert!(skade::storage::durable::warehouse_sync_count() >= 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -567,21 +567,10 @@ async fn five_thousand_tiny_commits_stay_bounded() {
         Metrics::new(),
     );
     let commits = 5_000i64;
-    let mut table = c.catalog.load_table(&ident("t")).await.unwrap();
     for i in 0..commits {
-        let batch = common::conformed(&table, i, 1);
-        table = write::append(
-            c.catalog.as_ref(),
-            &table,
-            vec![batch],
-            &WriteProps::default(),
-        )
-        .await
-        .unwrap()
-        .0;
+        append(&c.catalog, "t", i, 1).await;
         if (i + 1) % 100 == 0 {
             pass(&m).await;
-            table = c.catalog.load_table(&ident("t")).await.unwrap();
         }
     }
     pass(&m).await;

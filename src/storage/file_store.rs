@@ -13,9 +13,9 @@ use std::time::SystemTime;
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::gc::{GcError, local_path};
+use super::StorageError;
 use super::object_store::{ListedObject, ObjectStorage};
-use super::warehouse::Warehouse;
+use crate::catalog::warehouse::Warehouse;
 
 /// Objects inspected at once on an object store (one `HEAD` each).
 const STATS_IN_FLIGHT: usize = 16;
@@ -98,13 +98,13 @@ impl FileStore {
     /// filesystem symbolic links are neither followed nor listed.
     ///
     /// # Errors
-    /// [`GcError::Io`] or [`GcError::Store`] when the listing failed.
-    pub(crate) async fn list(&self, dir: &Path) -> Result<Vec<StoredFile>, GcError> {
+    /// [`StorageError::Io`] or [`StorageError::Store`] when the listing failed.
+    pub(crate) async fn list(&self, dir: &Path) -> Result<Vec<StoredFile>, StorageError> {
         match self {
             Self::Local => {
                 let dir = dir.to_path_buf();
                 blocking(move || {
-                    Ok(super::gc::files_under(&dir)?
+                    Ok(files_under(&dir)?
                         .into_iter()
                         .map(|(path, meta)| StoredFile {
                             size_bytes: meta.len(),
@@ -130,8 +130,8 @@ impl FileStore {
     /// with their sizes and modification times; missing ones are left out.
     ///
     /// # Errors
-    /// [`GcError::Io`] or [`GcError::Store`] when one could not be inspected.
-    pub(crate) async fn stat(&self, paths: Vec<PathBuf>) -> Result<Vec<StoredFile>, GcError> {
+    /// [`StorageError::Io`] or [`StorageError::Store`] when one could not be inspected.
+    pub(crate) async fn stat(&self, paths: Vec<PathBuf>) -> Result<Vec<StoredFile>, StorageError> {
         match self {
             Self::Local => {
                 blocking(move || {
@@ -142,7 +142,7 @@ impl FileStore {
                             Ok(_) => continue,
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                             Err(source) => {
-                                return Err(GcError::Io {
+                                return Err(StorageError::Io {
                                     what: "read the metadata of",
                                     path,
                                     source,
@@ -181,9 +181,9 @@ impl FileStore {
     /// batches (S3 `DeleteObjects`).
     ///
     /// # Errors
-    /// [`GcError::Io`] or [`GcError::Store`] when a removal failed; some of the others
+    /// [`StorageError::Io`] or [`StorageError::Store`] when a removal failed; some of the others
     /// may be gone by then.
-    pub(crate) async fn remove(&self, paths: Vec<PathBuf>) -> Result<(), GcError> {
+    pub(crate) async fn remove(&self, paths: Vec<PathBuf>) -> Result<(), StorageError> {
         if paths.is_empty() {
             return Ok(());
         }
@@ -195,7 +195,7 @@ impl FileStore {
                             Ok(()) => {}
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                             Err(source) => {
-                                return Err(GcError::Io {
+                                return Err(StorageError::Io {
                                     what: "remove",
                                     path,
                                     source,
@@ -248,23 +248,71 @@ fn remove_empty_dirs(dir: &Path) {
 
 /// Runs blocking filesystem work off the async workers.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, GcError> + Send + 'static,
-) -> Result<T, GcError> {
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| GcError::Io {
+        .map_err(|e| StorageError::Io {
             what: "run the file task for",
             path: PathBuf::new(),
             source: std::io::Error::other(e.to_string()),
         })?
 }
 
-fn store_error(what: &'static str, location: &str, source: iceberg::Error) -> GcError {
-    GcError::Store {
+fn store_error(what: &'static str, location: &str, source: iceberg::Error) -> StorageError {
+    StorageError::Store {
         what,
         location: location.to_string(),
         source: Box::new(source),
     }
+}
+
+/// Every regular file under `dir` (recursively) with its metadata; none when `dir` does
+/// not exist. Symbolic links are not followed and not listed.
+pub(crate) fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)>, StorageError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(StorageError::Io {
+                    what: "list",
+                    path: dir,
+                    source,
+                });
+            }
+        };
+        for entry in entries {
+            let entry = entry.map_err(|source| StorageError::Io {
+                what: "list",
+                path: dir.clone(),
+                source,
+            })?;
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(|source| StorageError::Io {
+                what: "inspect",
+                path: path.clone(),
+                source,
+            })?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if meta.is_file() {
+                out.push((path, meta));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
+pub(crate) fn local_path(location: &str) -> PathBuf {
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    PathBuf::from(path)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Write-behind uploads of manifests and manifest lists on an S3 warehouse, and the
 //! barrier that makes them durable before a commit's pointer moves (issue #17).
 //!
-//! A fast append writes a manifest, then a manifest list, then the catalog writes the
+//! An append writes a manifest, then a manifest list, then the catalog writes the
 //! metadata JSON — on an object store three round trips one after the other, because
 //! each write returns only once its object is stored. None of them needs the one before
 //! it to be *stored*, only *written* (a manifest list names its manifests by location and

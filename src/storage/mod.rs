@@ -1,0 +1,26 @@
+//! Storage: how the warehouse's files are written, made durable, listed, inspected and
+//! removed — on the local filesystem or an S3 (or S3-compatible) object store through
+//! OpenDAL. Shaped like iceberg-rust's `io/storage`: the catalog, the write path and
+//! table maintenance decide *what* to write or remove; this module alone knows *how*.
+//!
+//! - [`local`]: iceberg's local-filesystem storage without its per-file fsync (every
+//!   commit's `syncfs` makes the files durable instead).
+//! - [`durable`]: that `syncfs` of a local warehouse before a pointer flip.
+//! - [`object_store`]: S3 through iceberg-storage-opendal, with parallel part uploads and
+//!   the object-store request metrics.
+//! - [`uploads`]: write-behind uploads of manifests and manifest lists, and the barrier a
+//!   release waits on before its pointer flips (the object-store counterpart of
+//!   `syncfs`).
+//! - `file_store`: listing, inspecting and removing table files for cleanup, `skade gc`,
+//!   purge and a rolled-back transaction's staged files.
+//!
+//! Failures are [`StorageError`]s naming the operation and the file or object.
+
+pub mod durable;
+mod error;
+pub(crate) mod file_store;
+pub mod local;
+pub mod object_store;
+pub mod uploads;
+
+pub use error::StorageError;
