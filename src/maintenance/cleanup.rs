@@ -49,7 +49,7 @@ use iceberg::table::Table;
 
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
-use crate::storage::file_store::{FileStore, StoredFile};
+use crate::storage::file_store::FileStore;
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).
