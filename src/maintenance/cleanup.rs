@@ -2,7 +2,7 @@
 //! while the server runs.
 //!
 //! The rules below hold on a local warehouse and on S3 alike: only how files are listed,
-//! inspected and removed differs (`catalog::file_store::FileStore`; on S3 a file's
+//! inspected and removed differs (`storage::file_store::FileStore`; on S3 a file's
 //! modification time is its `Last-Modified`).
 //!
 //! Each sweep gathers the references of every table at once (the same walk as
