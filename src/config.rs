@@ -81,6 +81,10 @@ pub struct Config {
 
     #[command(flatten)]
     #[allow(missing_docs)]
+    pub catalog: CatalogConfig,
+
+    #[command(flatten)]
+    #[allow(missing_docs)]
     pub storage: StorageConfig,
 
     #[command(flatten)]
@@ -94,6 +98,27 @@ pub struct Config {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub maintenance: MaintenanceConfig,
+}
+
+/// Where the catalog is kept: the embedded redb file (the default) or a PostgreSQL database
+/// shared by several instances (README, "Running several instances").
+#[derive(Debug, Clone, Args)]
+pub struct CatalogConfig {
+    /// The catalog: unset, the embedded redb file `catalog.redb` in `--data-dir`;
+    /// `postgres://user:password@host:port/database` for a PostgreSQL database that
+    /// several skade instances (and any Iceberg JDBC-catalog engine) share, in the
+    /// Iceberg JDBC catalog's schema.
+    #[arg(long = "catalog", env = "SKADE_CATALOG")]
+    pub url: Option<String>,
+
+    /// The JDBC catalog name skade's rows carry in a PostgreSQL catalog (`catalog_name`;
+    /// give pyiceberg's `SqlCatalog` or Java's `JdbcCatalog` the same name to read them).
+    #[arg(long = "catalog-name", env = "SKADE_CATALOG_NAME", default_value = "skade")]
+    pub name: String,
+
+    /// Most connections this instance opens to a PostgreSQL catalog (at least 2).
+    #[arg(long = "catalog-pool-size", env = "SKADE_CATALOG_POOL_SIZE", default_value_t = 16)]
+    pub pool_size: usize,
 }
 
 /// Where table data lives: a local directory or an S3 prefix (README, "Object storage").

@@ -100,6 +100,10 @@ pub enum StartError {
         /// Its current metadata location.
         location: String,
     },
+    /// The PostgreSQL catalog (`--catalog`) could not be used: a bad URL, a database that
+    /// refuses or does not answer, or a schema that cannot be created.
+    #[error("{0}")]
+    Database(String),
     /// `--warehouse` (or an `--s3-*` flag) is not a usable warehouse.
     #[error("invalid warehouse: {reason}")]
     Warehouse {
@@ -261,6 +265,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         %flight_addr,
         %metrics_addr,
         data_dir = %config.data_dir.display(),
+        catalog = %service
+            .catalog
+            .database()
+            .map_or_else(|| "redb (catalog.redb in the data dir)".to_string(), |pg| format!("postgresql {}", pg.target())),
         warehouse = %service.catalog.warehouse(),
         auth = if tokens.is_some() { "bearer tokens" } else { "off" },
         tls = if tls_on { "on" } else { "off" },
@@ -321,7 +329,17 @@ async fn open_service(
         tokens.count_refusals(metrics.clone());
     }
     let warehouse = warehouse.with_object_store_metrics(metrics.object_store());
-    let catalog = open_catalog(&config.data_dir, warehouse)?;
+    let catalog = match &config.catalog.url {
+        None => Arc::new(open_catalog(&config.data_dir, warehouse)?),
+        Some(url) => RedbCatalog::open_postgres(
+            url,
+            &config.catalog.name,
+            config.catalog.pool_size,
+            warehouse,
+        )
+        .await
+        .map_err(|e| StartError::Database(e.to_string()))?,
+    };
     refuse_tables_outside_warehouse(&config.data_dir, &catalog).await?;
     metrics.count_catalog(catalog.commit_counts());
     if let Some(local) = catalog.warehouse().local_path() {
@@ -331,7 +349,7 @@ async fn open_service(
         error::hide_in_statuses(&data_dir, "<data-dir>");
     }
     let service = Arc::new(Service {
-        catalog: Arc::new(catalog),
+        catalog,
         metrics: metrics.clone(),
         config: config.ingest.clone(),
         budget: write::MemoryBudget::new(config.ingest.memory_budget),

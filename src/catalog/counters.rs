@@ -41,6 +41,13 @@ impl Counters {
         self.commits.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Records one durable data-commit transaction of a PostgreSQL catalog, in this
+    /// catalog's count only ([`redb_commit_count`] counts redb transactions); returns
+    /// this catalog's count after it.
+    pub(super) fn record_database_commit(&self) -> u64 {
+        self.commits.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     /// Records one warehouse sync made for a data commit.
     pub(super) fn record_sync(&self) {
         self.syncs.fetch_add(1, Ordering::Relaxed);

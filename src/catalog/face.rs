@@ -1,5 +1,6 @@
 //! The `iceberg::Catalog` face of [`RedbCatalog`]: namespaces and tables through the
-//! store ([`super::store`]); a table commit is a one-table release ([`super::release`]).
+//! store (redb, [`super::store`], or the catalog database, [`super::postgres`]); a table
+//! commit is a one-table release ([`super::release`]).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -30,6 +31,14 @@ impl Catalog for RedbCatalog {
             return Err(namespace_not_found(parent));
         }
         let parent: Vec<String> = parent.map(|p| p.as_ref().clone()).unwrap_or_default();
+        if let Some(pg) = self.database() {
+            return pg
+                .list_namespaces(&parent)
+                .await?
+                .into_iter()
+                .map(NamespaceIdent::from_vec)
+                .collect();
+        }
         self.read(move |txn| {
             let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
             let mut out = Vec::new();
@@ -50,6 +59,10 @@ impl Catalog for RedbCatalog {
         namespace: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<Namespace> {
+        if let Some(pg) = self.database() {
+            pg.create_namespace(namespace.as_ref(), &properties).await?;
+            return Ok(Namespace::with_properties(namespace.clone(), properties));
+        }
         let key = key_of(namespace.as_ref())?;
         let parent = namespace.parent().map(|p| key_of(p.as_ref())).transpose()?;
         let json = serde_json::to_string(&properties)?;
@@ -83,6 +96,13 @@ impl Catalog for RedbCatalog {
     }
 
     async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
+        if let Some(pg) = self.database() {
+            let properties = pg
+                .namespace_properties(namespace.as_ref())
+                .await?
+                .ok_or_else(|| namespace_not_found(namespace))?;
+            return Ok(Namespace::with_properties(namespace.clone(), properties));
+        }
         let key = key_of(namespace.as_ref())?;
         let json = self
             .read(move |txn| {
@@ -97,6 +117,9 @@ impl Catalog for RedbCatalog {
     }
 
     async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
+        if let Some(pg) = self.database() {
+            return pg.namespace_exists(namespace.as_ref()).await;
+        }
         let key = key_of(namespace.as_ref())?;
         self.read(move |txn| {
             let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
@@ -110,6 +133,12 @@ impl Catalog for RedbCatalog {
         namespace: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<()> {
+        if let Some(pg) = self.database() {
+            return pg
+                .update_namespace_properties(namespace.as_ref(), &[], &properties, true)
+                .await
+                .map(drop);
+        }
         let key = key_of(namespace.as_ref())?;
         let json = serde_json::to_string(&properties)?;
         let ns = namespace.clone();
@@ -132,6 +161,9 @@ impl Catalog for RedbCatalog {
     /// `NamespaceNotFound`; `PreconditionFailed` when it still holds tables or child
     /// namespaces (skade never drops data implicitly).
     async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
+        if let Some(pg) = self.database() {
+            return pg.drop_namespace(namespace.as_ref()).await;
+        }
         let parts = namespace.as_ref().clone();
         let key = key_of(&parts)?;
         let ns = namespace.clone();
@@ -167,6 +199,14 @@ impl Catalog for RedbCatalog {
     async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
         if !self.namespace_exists(namespace).await? {
             return Err(namespace_not_found(namespace));
+        }
+        if let Some(pg) = self.database() {
+            return Ok(pg
+                .list_tables(namespace.as_ref())
+                .await?
+                .into_iter()
+                .map(|name| TableIdent::new(namespace.clone(), name))
+                .collect());
         }
         let parts = namespace.as_ref().clone();
         let ns = namespace.clone();
@@ -241,6 +281,15 @@ impl Catalog for RedbCatalog {
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
         let key = table_key(ident)?;
         self.metadata.remove(&key);
+        if let Some(pg) = self.database() {
+            return match pg
+                .drop_pointer(ident.namespace().as_ref(), ident.name(), None)
+                .await?
+            {
+                true => Ok(()),
+                false => Err(table_not_found(ident)),
+            };
+        }
         let id = ident.clone();
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
@@ -281,6 +330,14 @@ impl Catalog for RedbCatalog {
         let src_key = table_key(src)?;
         let dest_key = table_key(dest)?;
         self.metadata.remove(&src_key);
+        if let Some(pg) = self.database() {
+            return pg
+                .rename_table(
+                    (src.namespace().as_ref(), src.name()),
+                    (dest.namespace().as_ref(), dest.name()),
+                )
+                .await;
+        }
         let (s, d) = (src.clone(), dest.clone());
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;

@@ -37,6 +37,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use iceberg::{Error, ErrorKind, Result};
 use redb::{Database, ReadableTable};
 
+use super::Store;
+
 /// The pointer table as the committer's transaction sees it.
 type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
@@ -67,7 +69,9 @@ pub(super) struct Flip {
 /// The queue of releases waiting for the next batch, and the one committer draining it.
 #[derive(Debug)]
 pub(super) struct Committer {
-    db: Arc<Database>,
+    store: Store,
+    /// The runtime a PostgreSQL batch runs on (the committer itself is a blocking task).
+    runtime: tokio::runtime::Handle,
     /// The local warehouse to `syncfs` before each transaction; `None` for an object
     /// store, whose acknowledged uploads are durable already.
     warehouse: Option<PathBuf>,
@@ -100,6 +104,9 @@ enum BatchError {
     },
     #[error("catalog storage: {0}")]
     Storage(#[from] redb::Error),
+    /// The catalog database's transaction failed (or the sync inside it).
+    #[error("{}", .0.message())]
+    Database(Error),
     /// A bug in the committer or redb; the transaction is rolled back unless the panic
     /// came from inside its commit.
     #[error("the catalog committer panicked; its batch may not be committed")]
@@ -123,15 +130,27 @@ impl BatchError {
                 e.with_source(std::io::Error::new(source.kind(), source.to_string()))
             }
             Self::Storage(other) => e.with_source(std::io::Error::other(other.to_string())),
-            Self::Panicked => e,
+            Self::Database(db) if db.kind() == ErrorKind::CatalogCommitConflicts => {
+                Error::new(ErrorKind::CatalogCommitConflicts, db.message().to_string())
+                    .with_retryable(true)
+            }
+            Self::Database(db) if super::is_storage_failure(db) => {
+                e.with_source(std::io::Error::other(db.message().to_string()))
+            }
+            Self::Database(_) | Self::Panicked => e,
         }
     }
 }
 
 impl Committer {
-    pub(super) fn new(db: Arc<Database>, warehouse: Option<PathBuf>) -> Self {
+    pub(super) fn new(
+        store: Store,
+        runtime: tokio::runtime::Handle,
+        warehouse: Option<PathBuf>,
+    ) -> Self {
         Self {
-            db,
+            store,
+            runtime,
             warehouse,
             queue: Mutex::new(Queue::default()),
             counters: Arc::default(),
@@ -257,7 +276,51 @@ impl Committer {
     /// One write transaction for every release of `batch`; returns each release's
     /// outcome in order.
     fn commit_batch(&self, batch: &[Request]) -> std::result::Result<Vec<Result<()>>, BatchError> {
-        let txn = self.db.begin_write().map_err(redb::Error::from)?;
+        match &self.store {
+            Store::Redb(db) => self.commit_batch_redb(db, batch),
+            Store::Postgres(pg) => self.commit_batch_pg(pg, batch),
+        }
+    }
+
+    /// [`Self::commit_batch`] as ONE transaction of the catalog database
+    /// (`postgres/batch.rs`), the warehouse synced inside it just before it commits.
+    /// Counted in this catalog's commit count, not in [`super::redb_commit_count`].
+    fn commit_batch_pg(
+        &self,
+        pg: &super::postgres::PgStore,
+        batch: &[Request],
+    ) -> std::result::Result<Vec<Result<()>>, BatchError> {
+        let releases: Vec<&[Flip]> = batch.iter().map(|r| r.flips.as_slice()).collect();
+        let mut synced = false;
+        let warehouse = self.warehouse.as_deref();
+        let outcomes = self
+            .runtime
+            .block_on(pg.commit_batch(&releases, || {
+                if let Some(warehouse) = warehouse {
+                    durable::sync_warehouse(warehouse)
+                        .map_err(|e| super::error::io_error("sync warehouse", warehouse, e))?;
+                    synced = true;
+                }
+                Ok(())
+            }))
+            .map_err(BatchError::Database)?;
+        if synced {
+            self.counters.record_sync();
+        }
+        if outcomes.iter().any(Result::is_ok) {
+            let commits = self.counters.record_database_commit();
+            super::fault::after_commit(commits);
+        }
+        Ok(outcomes)
+    }
+
+    /// [`Self::commit_batch`] as one redb write transaction.
+    fn commit_batch_redb(
+        &self,
+        db: &Database,
+        batch: &[Request],
+    ) -> std::result::Result<Vec<Result<()>>, BatchError> {
+        let txn = db.begin_write().map_err(redb::Error::from)?;
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut applied = 0usize;
         {
@@ -332,28 +395,41 @@ fn check(
         let current = tables
             .get(flip.key.as_str())?
             .map(|v| v.value().to_string());
-        let failure = match (&flip.base, current) {
-            (None, None) => continue,
-            (None, Some(_)) => Error::new(
-                ErrorKind::TableAlreadyExists,
-                format!("table {} was created concurrently", flip.table),
-            ),
-            (Some(_), None) => Error::new(
-                ErrorKind::TableNotFound,
-                format!("table {} was dropped during the commit", flip.table),
-            ),
-            (Some(base), Some(current)) if current == *base => continue,
-            (Some(base), Some(current)) => Error::new(
-                ErrorKind::CatalogCommitConflicts,
-                format!("table {} was committed concurrently", flip.table),
-            )
-            .with_context("expected", base.clone())
-            .with_context("found", current)
-            .with_retryable(true),
-        };
-        return Ok(Err(failure));
+        if let Err(failure) = cas_outcome(flip, current) {
+            return Ok(Err(failure));
+        }
     }
     Ok(Ok(()))
+}
+
+/// One flip's compare-and-swap against `current`, the table's pointer as the committing
+/// transaction sees it (`None`: no such table).
+///
+/// # Errors
+/// `TableAlreadyExists` for a create whose table exists, `TableNotFound` for an advance
+/// whose table is gone, `CatalogCommitConflicts` (retryable, with the expected and found
+/// locations) for an advance whose base moved.
+pub(super) fn cas_outcome(flip: &Flip, current: Option<String>) -> Result<()> {
+    let failure = match (&flip.base, current) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => Error::new(
+            ErrorKind::TableAlreadyExists,
+            format!("table {} was created concurrently", flip.table),
+        ),
+        (Some(_), None) => Error::new(
+            ErrorKind::TableNotFound,
+            format!("table {} was dropped during the commit", flip.table),
+        ),
+        (Some(base), Some(current)) if current == *base => return Ok(()),
+        (Some(base), Some(current)) => Error::new(
+            ErrorKind::CatalogCommitConflicts,
+            format!("table {} was committed concurrently", flip.table),
+        )
+        .with_context("expected", base.clone())
+        .with_context("found", current)
+        .with_retryable(true),
+    };
+    Err(failure)
 }
 
 /// A pause of the committer (see [`Committer::pause`]); dropping it resumes.

@@ -243,17 +243,37 @@ impl MarkAdvance {
         let stored = marks
             .get(self.key.as_str())?
             .and_then(|v| WriterMark::decode(v.value()));
+        Ok(self.check_against(stored))
+    }
+
+    /// Checks the advance against `stored`, the writer's mark in the table as the
+    /// committing transaction sees it: the commit must start after it.
+    ///
+    /// # Errors
+    /// `PreconditionFailed` (not retryable) naming the writer, the table and the
+    /// sequence already committed.
+    pub(super) fn check_against(&self, stored: Option<WriterMark>) -> Result<()> {
         match stored {
-            Some(stored) if stored.sequence >= self.first => Ok(Err(Error::new(
+            Some(stored) if stored.sequence >= self.first => Err(Error::new(
                 ErrorKind::PreconditionFailed,
                 format!(
                     "writer {:?} already committed sequence {} to table {} (snapshot {}); \
                      this commit starts at {}",
                     self.writer, stored.sequence, self.table, stored.snapshot_id, self.first
                 ),
-            ))),
-            _ => Ok(Ok(())),
+            )),
+            _ => Ok(()),
         }
+    }
+
+    /// The writer id.
+    pub(super) fn writer(&self) -> &str {
+        &self.writer
+    }
+
+    /// The mark stored once the commit lands.
+    pub(super) fn mark(&self) -> WriterMark {
+        self.mark
     }
 
     /// Stores the advanced mark, and the writer's last commit time.

@@ -38,6 +38,7 @@ pub mod marks;
 mod metadata_cache;
 mod metadata_json;
 mod pins;
+pub mod postgres;
 mod purge;
 mod release;
 mod store;
@@ -69,14 +70,28 @@ pub use release::{CommitPause, Release, ReleaseEntry};
 use store::{KEY_SEP, NAMESPACES, TABLES};
 pub use warehouse::{S3Options, Warehouse};
 
-/// An [`iceberg::Catalog`] stored in one redb file, with tables under a warehouse (a local
+/// Where a catalog's durable state — namespaces, table pointers, producers' marks — lives:
+/// the embedded redb file (the default) or a shared PostgreSQL database in the Iceberg
+/// JDBC catalog's schema ([`postgres`]). Everything above it (the commit driver, the
+/// release protocol, the metadata JSON, the caches, group commit) is the same for both.
+#[derive(Debug, Clone)]
+pub(crate) enum Store {
+    /// One redb file, opened by this process alone.
+    Redb(Arc<Database>),
+    /// A PostgreSQL database shared with other instances.
+    Postgres(Arc<postgres::PgStore>),
+}
+
+/// An [`iceberg::Catalog`] stored in one redb file (or, opened with
+/// [`RedbCatalog::open_postgres`], in a PostgreSQL database shared by several instances), with tables under a warehouse (a local
 /// directory or an S3 prefix, [`Warehouse`]) laid out as
 /// `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
 ///
 /// Cheap to share behind an `Arc`; every method may be called concurrently.
 #[derive(Debug)]
 pub struct RedbCatalog {
-    db: Arc<Database>,
+    /// Where the catalog's durable state lives.
+    store: Store,
     warehouse: Warehouse,
     file_io: FileIO,
     runtime: Runtime,
@@ -112,16 +127,7 @@ impl RedbCatalog {
     /// acquire lock.") when another process holds the file, or any I/O error of creating
     /// the warehouse or the file.
     pub fn open_in(catalog_path: &Path, warehouse: Warehouse) -> Result<Self> {
-        let warehouse = match warehouse {
-            Warehouse::Local(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|e| io_error("create warehouse", &dir, e))?;
-                Warehouse::Local(
-                    std::fs::canonicalize(&dir)
-                        .map_err(|e| io_error("resolve warehouse", &dir, e))?,
-                )
-            }
-            s3 @ Warehouse::S3(_) => s3,
-        };
+        let warehouse = local_absolute(warehouse)?;
         let file_io = warehouse.file_io()?;
         let db = Arc::new(Database::create(catalog_path).map_err(|e| {
             redb_error(e).with_context("catalog", catalog_path.display().to_string())
@@ -131,19 +137,99 @@ impl RedbCatalog {
         txn.open_table(TABLES).map_err(redb_error)?;
         marks::init(&txn).map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
+        Self::over(Store::Redb(db), warehouse, file_io, Arc::default())
+    }
+
+    /// Opens the catalog kept in the PostgreSQL database at `url` (`postgres://user:
+    /// password@host:port/database`) under the JDBC catalog name `catalog_name`, with at
+    /// most `pool_size` connections, tables under `warehouse` — which every instance
+    /// sharing the database must reach the same way (one S3 prefix, or one directory
+    /// they all mount). Creates or upgrades the catalog's tables (safe from several
+    /// instances at once) and registers this instance ([`postgres`], README "Running
+    /// several instances"); renews the registration every
+    /// [`postgres::cluster::HEARTBEAT_EVERY`] while the catalog lives.
+    ///
+    /// Must be called inside a tokio runtime with timers enabled.
+    ///
+    /// # Errors
+    /// [`OpenError::Database`] naming `--catalog` for a bad URL, a database that refuses
+    /// or does not answer, or a schema that cannot be created; [`OpenError::Warehouse`]
+    /// for a local warehouse that cannot be created or storage that cannot be set up.
+    pub async fn open_postgres(
+        url: &str,
+        catalog_name: &str,
+        pool_size: usize,
+        warehouse: Warehouse,
+    ) -> std::result::Result<Arc<Self>, OpenError> {
+        let warehouse = local_absolute(warehouse).map_err(OpenError::Warehouse)?;
+        let file_io = warehouse.file_io().map_err(OpenError::Warehouse)?;
+        let pins: Arc<pins::Pins> = Arc::default();
+        let store = postgres::PgStore::connect(url, catalog_name, pool_size, pins.clone())
+            .await
+            .map_err(OpenError::Database)?;
+        let store = Arc::new(store);
+        let catalog = Arc::new(
+            Self::over(Store::Postgres(store.clone()), warehouse, file_io, pins)
+                .map_err(OpenError::Warehouse)?,
+        );
+        postgres::cluster::spawn_heartbeat(Arc::downgrade(&store));
+        Ok(catalog)
+    }
+
+    fn over(
+        store: Store,
+        warehouse: Warehouse,
+        file_io: FileIO,
+        pins: Arc<pins::Pins>,
+    ) -> Result<Self> {
         Ok(Self {
             committer: Arc::new(Committer::new(
-                db.clone(),
+                store.clone(),
+                tokio::runtime::Handle::try_current().map_err(|e| {
+                    iceberg::Error::new(
+                        iceberg::ErrorKind::Unexpected,
+                        "the catalog must be opened inside a tokio runtime",
+                    )
+                    .with_source(e)
+                })?,
                 warehouse.local_path().map(Path::to_path_buf),
             )),
-            db,
+            store,
             warehouse,
             file_io,
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
-            pins: Arc::default(),
+            pins,
             turns: commit::Turns::default(),
         })
+    }
+
+    /// The shared catalog database, when this catalog is kept in one.
+    pub(crate) fn database(&self) -> Option<&Arc<postgres::PgStore>> {
+        match &self.store {
+            Store::Postgres(pg) => Some(pg),
+            Store::Redb(_) => None,
+        }
+    }
+
+    /// The redb file, when this catalog is kept in one.
+    ///
+    /// # Errors
+    /// `Unexpected` for a catalog kept in PostgreSQL (a redb-only path was reached).
+    fn redb(&self) -> Result<&Arc<Database>> {
+        match &self.store {
+            Store::Redb(db) => Ok(db),
+            Store::Postgres(_) => Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "a redb catalog operation was called on a PostgreSQL catalog",
+            )),
+        }
+    }
+
+    /// Whether the catalog is kept in a PostgreSQL database shared with other instances
+    /// (rather than in this process's redb file).
+    pub fn is_shared(&self) -> bool {
+        self.database().is_some()
     }
 
     /// The warehouse: a local directory (absolute) or an S3 prefix.
@@ -199,4 +285,28 @@ impl RedbCatalog {
             .runtime(self.runtime.clone())
             .build()
     }
+}
+
+/// A local warehouse created if absent and made absolute; an S3 prefix as it is.
+fn local_absolute(warehouse: Warehouse) -> Result<Warehouse> {
+    Ok(match warehouse {
+        Warehouse::Local(dir) => {
+            std::fs::create_dir_all(&dir).map_err(|e| io_error("create warehouse", &dir, e))?;
+            Warehouse::Local(
+                std::fs::canonicalize(&dir).map_err(|e| io_error("resolve warehouse", &dir, e))?,
+            )
+        }
+        s3 @ Warehouse::S3(_) => s3,
+    })
+}
+
+/// Why [`RedbCatalog::open_postgres`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The catalog database: a bad URL, unreachable, refused, or its schema.
+    #[error(transparent)]
+    Database(#[from] postgres::PgOpenError),
+    /// The warehouse could not be created or its storage configured.
+    #[error("{}", .0.message())]
+    Warehouse(iceberg::Error),
 }

@@ -1,6 +1,7 @@
 //! The redb rows: the namespace and table-pointer tables, their key codec, the read and
 //! DDL transactions, and the catalog's own reads over them (pointers, every table,
-//! namespace properties, producers' high-water marks).
+//! namespace properties, producers' high-water marks) — each answered by the catalog
+//! database instead when the catalog is kept in PostgreSQL ([`super::postgres`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,6 +29,14 @@ impl RedbCatalog {
     /// # Errors
     /// `Unexpected` for redb failures.
     pub async fn all_tables(&self) -> Result<Vec<TableIdent>> {
+        if let Some(pg) = self.database() {
+            return pg
+                .all_pointers()
+                .await?
+                .into_iter()
+                .map(|(ns, name, _)| Ok(TableIdent::new(NamespaceIdent::from_vec(ns)?, name)))
+                .collect();
+        }
         let mut tables = Vec::new();
         let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
         while let Some(parent) = pending.pop() {
@@ -49,6 +58,17 @@ impl RedbCatalog {
     /// `Unexpected` for redb failures.
     pub async fn first_table_outside_warehouse(&self) -> Result<Option<(TableIdent, String)>> {
         let warehouse = self.warehouse.clone();
+        if let Some(pg) = self.database() {
+            for (ns, name, location) in pg.all_pointers().await? {
+                if !warehouse.holds(&location) {
+                    return Ok(Some((
+                        TableIdent::new(NamespaceIdent::from_vec(ns)?, name),
+                        location,
+                    )));
+                }
+            }
+            return Ok(None);
+        }
         self.read(move |txn| {
             let tables = txn.open_table(TABLES).map_err(redb_error)?;
             for row in tables.iter().map_err(redb_error)? {
@@ -85,8 +105,11 @@ impl RedbCatalog {
         };
         let key = table_key(ident)?;
         let (k, expected) = (key.clone(), location.to_string());
-        let dropped = self
-            .ddl(move |txn| {
+        let dropped = if let Some(pg) = self.database() {
+            pg.drop_pointer(ident.namespace().as_ref(), ident.name(), Some(location))
+                .await?
+        } else {
+            self.ddl(move |txn| {
                 let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
                 let current = tables
                     .get(k.as_str())
@@ -98,7 +121,8 @@ impl RedbCatalog {
                 tables.remove(k.as_str()).map_err(redb_error)?;
                 Ok(true)
             })
-            .await?;
+            .await?
+        };
         if dropped {
             self.metadata.remove(&key);
             super::purge::purge_files(self, &table).await?;
@@ -116,7 +140,13 @@ impl RedbCatalog {
 
     /// The stored pointer of table `key` (`ident`'s key, named in errors).
     pub(super) async fn pointer(&self, ident: &TableIdent, key: String) -> Result<String> {
-        let db = self.db.clone();
+        if let Some(pg) = self.database() {
+            return pg
+                .pointer(ident.namespace().as_ref(), ident.name())
+                .await?
+                .ok_or_else(|| table_not_found(ident));
+        }
+        let db = self.redb()?.clone();
         let found = blocking(move || {
             let txn = db.begin_read().map_err(redb_error)?;
             let tables = txn.open_table(TABLES).map_err(redb_error)?;
@@ -146,6 +176,18 @@ impl RedbCatalog {
                 ErrorKind::DataInvalid,
                 format!("property {both:?} is both set and removed"),
             ));
+        }
+        if let Some(pg) = self.database() {
+            let (mut removed, mut missing) = pg
+                .update_namespace_properties(namespace.as_ref(), &removals, &updates, false)
+                .await?;
+            let mut updated: Vec<String> = updates.into_keys().collect();
+            updated.sort();
+            removed.sort();
+            removed.dedup();
+            missing.sort();
+            missing.dedup();
+            return Ok((updated, removed, missing));
         }
         let key = key_of(namespace.as_ref())?;
         let ns = namespace.clone();
@@ -186,6 +228,15 @@ impl RedbCatalog {
     /// # Errors
     /// redb's error reading the catalog.
     pub async fn writer_marks(&self, writer: &str) -> Result<Vec<(TableIdent, marks::WriterMark)>> {
+        if let Some(pg) = self.database() {
+            let mut out = Vec::new();
+            for (ns, name, mark) in pg.writer_marks(writer).await? {
+                if let Ok(ns) = NamespaceIdent::from_vec(ns) {
+                    out.push((TableIdent::new(ns, name), mark));
+                }
+            }
+            return Ok(out);
+        }
         let prefix = format!("{writer}{KEY_SEP}");
         self.read(move |txn| {
             let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
@@ -221,6 +272,11 @@ impl RedbCatalog {
         writer: &str,
         ident: &TableIdent,
     ) -> Result<Option<marks::WriterMark>> {
+        if let Some(pg) = self.database() {
+            return pg
+                .writer_mark(writer, ident.namespace().as_ref(), ident.name())
+                .await;
+        }
         let key = marks::mark_key(writer, &table_key(ident)?);
         self.read(move |txn| {
             let table = txn.open_table(marks::WRITER_MARKS).map_err(redb_error)?;
@@ -238,6 +294,9 @@ impl RedbCatalog {
     /// # Errors
     /// redb's error reading the catalog.
     pub async fn writers(&self, writer: Option<&str>) -> Result<(u64, bool)> {
+        if let Some(pg) = self.database() {
+            return pg.writers(writer).await;
+        }
         let writer = writer.map(str::to_string);
         self.read(move |txn| marks::writers(txn, writer.as_deref()).map_err(redb_error))
             .await
@@ -257,6 +316,9 @@ impl RedbCatalog {
             .unwrap_or_default()
             .as_millis();
         let cutoff_ms = u64::try_from(now_ms.saturating_sub(idle.as_millis())).unwrap_or(0);
+        if let Some(pg) = self.database() {
+            return pg.forget_idle_writers(cutoff_ms).await;
+        }
         self.ddl(move |txn| marks::forget_idle(txn, cutoff_ms).map_err(redb_error))
             .await
     }
@@ -266,6 +328,19 @@ impl RedbCatalog {
         let key = table_key(ident)?;
         let id = ident.clone();
         let local = self.warehouse.local_path().map(Path::to_path_buf);
+        if let Some(pg) = self.database() {
+            // An object store's acknowledged PUT is durable: only a local warehouse syncs.
+            if let Some(warehouse) = local {
+                blocking(move || {
+                    durable::sync_warehouse(&warehouse)
+                        .map_err(|e| io_error("sync warehouse", &warehouse, e))
+                })
+                .await?;
+            }
+            return pg
+                .insert_pointer(ident.namespace().as_ref(), ident.name(), &location)
+                .await;
+        }
         self.ddl(move |txn| {
             let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
             if tables.get(key.as_str()).map_err(redb_error)?.is_some() {
@@ -290,7 +365,7 @@ impl RedbCatalog {
         T: Send + 'static,
         F: FnOnce(&redb::WriteTransaction) -> Result<T> + Send + 'static,
     {
-        let db = self.db.clone();
+        let db = self.redb()?.clone();
         blocking(move || {
             let txn = db.begin_write().map_err(redb_error)?;
             let out = f(&txn)?;
@@ -305,7 +380,7 @@ impl RedbCatalog {
         T: Send + 'static,
         F: FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
     {
-        let db = self.db.clone();
+        let db = self.redb()?.clone();
         blocking(move || {
             let txn = db.begin_read().map_err(redb_error)?;
             f(&txn)

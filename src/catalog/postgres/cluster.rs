@@ -1,0 +1,332 @@
+//! What instances sharing one catalog database must know of each other: which are alive,
+//! the oldest write pin each holds (so no instance's cleanup removes a file another
+//! instance's open put or transaction will still commit), and who maintains a table.
+//!
+//! **Registration.** Each instance has a row in `skade_instances` (a random id), whose
+//! `heartbeat_at` it renews every [`HEARTBEAT_EVERY`] and in every commit transaction,
+//! publishing its oldest live write pin (`oldest_pin_ms`, wall clock) with it. An
+//! instance not heard from for [`INSTANCE_TIMEOUT`] (the database's clock) is dead to
+//! the others: its pins stop protecting its files. A renewal only succeeds while the row
+//! has not expired, so once the others may have removed its files, an instance learns it
+//! at its next renewal, registers again under a new id, and from then on refuses every
+//! commit while a write pin taken before the new registration is live (those writers'
+//! files may be gone; they fail `Unavailable` and their clients retry). New writers
+//! commit as before.
+//!
+//! **Cleanup's pin.** [`Instance::cluster_oldest_pin`]: the oldest pin of every live
+//! instance, and never later than now less [`PIN_PUBLISH_BOUND`], which covers a pin
+//! taken and not yet published.
+//!
+//! **Maintenance.** A table is maintained by the instance holding the session-level
+//! advisory lock of its name ([`PgStore::try_lease`]), held on a connection of its own
+//! for the table's jobs; an instance that dies drops its connection, and with it the
+//! lock, so another instance takes the table over at its next pass.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use deadpool_postgres::Object;
+use iceberg::{Error, Result};
+
+use super::PgStore;
+use crate::catalog::pins::Pins;
+
+/// How often an instance renews its registration and publishes its oldest write pin.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// How long an instance may go without a renewal before the others take it for dead.
+pub const INSTANCE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Cleanup treats every file modified this recently as pinned: a pin is published within
+/// [`HEARTBEAT_EVERY`] of being taken (at once when it is the instance's first), so this
+/// bound covers one missed renewal and slow clocks.
+pub const PIN_PUBLISH_BOUND: Duration = Duration::from_secs(10);
+/// Rows of instances not heard from for this long are removed.
+const FORGET_INSTANCES_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// This instance's registration.
+#[derive(Debug)]
+pub(crate) struct Instance {
+    catalog: String,
+    pins: Arc<Pins>,
+    state: Mutex<Registration>,
+}
+
+#[derive(Debug, Clone)]
+struct Registration {
+    id: String,
+    /// Wall-clock time of the registration: pins older than it may have lost files.
+    since: SystemTime,
+    /// The last renewal found the row expired; a new one is due.
+    lost: bool,
+}
+
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn interval(d: Duration) -> String {
+    format!("{} milliseconds", d.as_millis())
+}
+
+impl Instance {
+    /// Registers a new instance row.
+    pub(super) async fn register(
+        client: &Object,
+        catalog: &str,
+        pins: Arc<Pins>,
+    ) -> std::result::Result<Self, tokio_postgres::Error> {
+        let registration = insert(client, catalog).await?;
+        Ok(Self {
+            catalog: catalog.to_string(),
+            pins,
+            state: Mutex::new(registration),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registration> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// This instance's id (changes when it registers again).
+    pub(crate) fn id(&self) -> String {
+        self.lock().id.clone()
+    }
+
+    /// Inside a commit transaction: renews the registration and publishes the oldest
+    /// pin; refuses the commit when the registration expired, or while a pin taken
+    /// before the current registration lives (module docs).
+    ///
+    /// # Errors
+    /// `Unexpected` with an I/O cause (`Unavailable`) for either refusal, or the
+    /// database's error.
+    pub(super) async fn confirm(
+        &self,
+        txn: &deadpool_postgres::Transaction<'_>,
+        store: &PgStore,
+    ) -> Result<()> {
+        let registration = self.lock().clone();
+        let oldest = self.pins.oldest();
+        if registration.lost {
+            return Err(lost());
+        }
+        if oldest.is_some_and(|pin| pin < registration.since) {
+            return Err(super::unavailable(
+                "this instance's registration in the catalog database expired while writers \
+                 were open (no renewal for the instance timeout): their files may have been \
+                 removed by another instance's cleanup, so their commits are refused; retry \
+                 the put or transaction"
+                    .to_string(),
+            ));
+        }
+        let renewed = txn
+            .execute(
+                "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
+                 WHERE catalog_name = $1 AND instance_id = $2
+                   AND heartbeat_at > now() - $4::text::interval",
+                &[
+                    &self.catalog,
+                    &registration.id,
+                    &oldest.map(millis),
+                    &interval(INSTANCE_TIMEOUT),
+                ],
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        if renewed == 0 {
+            self.lock().lost = true;
+            return Err(lost());
+        }
+        Ok(())
+    }
+
+    /// One renewal outside a commit (the heartbeat): publishes the oldest pin; registers
+    /// again when the row expired. Also forgets long-dead instances.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub(super) async fn heartbeat(&self, store: &PgStore) -> Result<()> {
+        let client = store.client().await?;
+        let registration = self.lock().clone();
+        let renewed = if registration.lost {
+            0
+        } else {
+            client
+                .execute(
+                    "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
+                     WHERE catalog_name = $1 AND instance_id = $2
+                       AND heartbeat_at > now() - $4::text::interval",
+                    &[
+                        &self.catalog,
+                        &registration.id,
+                        &self.pins.oldest().map(millis),
+                        &interval(INSTANCE_TIMEOUT),
+                    ],
+                )
+                .await
+                .map_err(|e| store.error(e))?
+        };
+        if renewed == 0 {
+            let fresh = insert(&client, &self.catalog)
+                .await
+                .map_err(|e| store.error(e))?;
+            tracing::warn!(
+                old = %registration.id,
+                new = %fresh.id,
+                "this instance's registration in the catalog database had expired; registered again"
+            );
+            *self.lock() = fresh;
+        }
+        client
+            .execute(
+                "DELETE FROM skade_instances WHERE catalog_name = $1
+                   AND heartbeat_at < now() - $2::text::interval",
+                &[&self.catalog, &interval(FORGET_INSTANCES_AFTER)],
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        Ok(())
+    }
+
+    /// The oldest write pin of any live instance (this one's read locally), and never
+    /// later than now less [`PIN_PUBLISH_BOUND`].
+    ///
+    /// # Errors
+    /// The database's error: cleanup then removes nothing.
+    pub(super) async fn cluster_oldest_pin(&self, store: &PgStore) -> Result<SystemTime> {
+        let client = store.client().await?;
+        let row = client
+            .query_one(
+                "SELECT MIN(oldest_pin_ms) FROM skade_instances
+                 WHERE catalog_name = $1 AND heartbeat_at > now() - $2::text::interval",
+                &[&self.catalog, &interval(INSTANCE_TIMEOUT)],
+            )
+            .await
+            .map_err(|e| store.error(e))?;
+        let published: Option<i64> = row.get(0);
+        let bound = SystemTime::now()
+            .checked_sub(PIN_PUBLISH_BOUND)
+            .unwrap_or(UNIX_EPOCH);
+        let published = published
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        Ok([Some(bound), published, self.pins.oldest()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(bound))
+    }
+}
+
+async fn insert(
+    client: &Object,
+    catalog: &str,
+) -> std::result::Result<Registration, tokio_postgres::Error> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    client
+        .execute(
+            "INSERT INTO skade_instances (catalog_name, instance_id, host) VALUES ($1, $2, $3)",
+            &[&catalog, &id, &host],
+        )
+        .await?;
+    Ok(Registration {
+        id,
+        since: SystemTime::now(),
+        lost: false,
+    })
+}
+
+fn lost() -> Error {
+    super::unavailable(
+        "this instance's registration in the catalog database expired (no renewal for the \
+         instance timeout); it registers again at its next heartbeat"
+            .to_string(),
+    )
+}
+
+/// A held maintenance lease: a connection holding a session-level advisory lock.
+/// Dropping it releases the lock (the connection leaves the pool and closes, which
+/// releases every lock it held).
+#[derive(Debug)]
+pub struct Lease {
+    client: Option<Object>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            drop(Object::take(client));
+        }
+    }
+}
+
+/// Renews `store`'s registration every [`HEARTBEAT_EVERY`] until the store is dropped.
+/// A failed renewal is logged once per outage (the database may be down; commits fail
+/// `Unavailable` meanwhile and the next renewal that reaches it catches up).
+pub(crate) fn spawn_heartbeat(store: std::sync::Weak<PgStore>) {
+    tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            tokio::time::sleep(HEARTBEAT_EVERY).await;
+            let Some(store) = store.upgrade() else {
+                return;
+            };
+            match store.heartbeat().await {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!(database = %store.target(), "catalog database reachable again");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = %e.message(), "catalog database heartbeat failed");
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
+
+impl PgStore {
+    /// Takes the lease named by `parts` if no other connection holds it; `None` when
+    /// one does.
+    ///
+    /// # Errors
+    /// The database's error.
+    pub(crate) async fn try_lease(&self, parts: &[&str]) -> Result<Option<Lease>> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(parts)])
+            .await
+            .map_err(|e| self.error(e))?;
+        let held: bool = row.get(0);
+        Ok(held.then_some(Lease {
+            client: Some(client),
+        }))
+    }
+
+    /// Renews this instance's registration; see [`Instance::heartbeat`].
+    pub(crate) async fn heartbeat(&self) -> Result<()> {
+        self.instance.heartbeat(self).await
+    }
+
+    /// See [`Instance::cluster_oldest_pin`].
+    pub(crate) async fn cluster_oldest_pin(&self) -> Result<SystemTime> {
+        self.instance.cluster_oldest_pin(self).await
+    }
+}
+
+/// A 64-bit advisory lock key for a name made of `parts` (FNV-1a over the parts, each
+/// ended by a NUL byte): stable across builds and platforms. Two names that collide only
+/// share a lock (they take turns).
+pub(crate) fn lock_key(parts: &[&str]) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for byte in part.bytes().chain(std::iter::once(0)) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}

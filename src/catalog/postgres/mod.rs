@@ -1,0 +1,316 @@
+//! The catalog's durable state in a shared PostgreSQL database, for several skade
+//! instances serving the same tables (README, "Running several instances").
+//!
+//! Table pointers and namespace properties live in the Iceberg JDBC catalog's own tables
+//! (`iceberg_tables`, `iceberg_namespace_properties`: Java's
+//! `org.apache.iceberg.jdbc.JdbcUtil`, pyiceberg's `SqlCatalog`), keyed by the catalog
+//! name (`--catalog-name`) and the namespace's levels joined with `.`, so every engine
+//! that speaks the JDBC catalog reads skade's tables from the database, and a commit
+//! another JDBC-catalog writer makes is caught by skade's compare-and-swap on
+//! `metadata_location` (and skade's by theirs). skade's own state — producers'
+//! high-water marks, writer ids, the live instances and their oldest write pins — lives
+//! in `skade_*` tables beside them ([`schema`]).
+//!
+//! What stays one implementation above this store: the release protocol, the metadata
+//! JSON, the caches, group commit (a batch of this instance's releases is ONE PostgreSQL
+//! transaction, [`batch`]).
+//!
+//! One job per module: this file connects and maps errors; [`schema`] creates and
+//! upgrades the tables; [`rows`] reads and writes namespaces, pointers and marks;
+//! [`batch`] runs one group-commit batch; [`cluster`] registers this instance, publishes
+//! its oldest write pin and takes the maintenance locks.
+
+mod batch;
+pub mod cluster;
+mod rows;
+mod schema;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use iceberg::{Error, ErrorKind, Result};
+
+use super::pins::Pins;
+
+
+/// How long a statement may run before PostgreSQL cancels it (`statement_timeout`).
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long opening one connection may take (`connect_timeout`), and how long a caller
+/// waits for a pooled connection before failing `Unavailable`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The shared catalog database: a bounded connection pool, the catalog name every row is
+/// keyed by, and this instance's registration ([`cluster`]).
+#[derive(Debug)]
+pub(crate) struct PgStore {
+    pool: Pool,
+    /// The `catalog_name` of every JDBC-catalog row skade reads and writes.
+    catalog: String,
+    /// Where the database is, without the password (for messages).
+    target: String,
+    pub(super) instance: cluster::Instance,
+}
+
+/// Why the catalog database could not be used at start.
+#[derive(Debug, thiserror::Error)]
+pub enum PgOpenError {
+    /// The URL does not parse as a PostgreSQL connection string.
+    #[error("--catalog is not a PostgreSQL URL (postgres://user:password@host:port/database): {0}")]
+    Url(String),
+    /// The database refused or did not answer (down, wrong host or port, wrong password,
+    /// no such database).
+    #[error("cannot reach the catalog database {target} (--catalog): {reason}")]
+    Connect {
+        /// Host, port and database, without the password.
+        target: String,
+        /// PostgreSQL's or the network's reason.
+        reason: String,
+    },
+    /// Creating or upgrading skade's tables failed.
+    #[error("cannot create skade's tables in the catalog database {target} (--catalog): {reason}")]
+    Schema {
+        /// Host, port and database.
+        target: String,
+        /// PostgreSQL's reason.
+        reason: String,
+    },
+}
+
+impl PgStore {
+    /// Connects to the database at `url` with at most `pool_size` connections, creates
+    /// or upgrades the catalog's tables ([`schema::migrate`], safe to run from several
+    /// instances at once) and registers this instance ([`cluster`]).
+    ///
+    /// # Errors
+    /// [`PgOpenError`] naming `--catalog`.
+    pub(super) async fn connect(
+        url: &str,
+        catalog: &str,
+        pool_size: usize,
+        pins: Arc<Pins>,
+    ) -> std::result::Result<Self, PgOpenError> {
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| PgOpenError::Url(e.to_string()))?;
+        let target = describe(&config);
+        config
+            .connect_timeout(CONNECT_TIMEOUT)
+            .application_name("skade")
+            .options(format!(
+                "-c statement_timeout={}",
+                STATEMENT_TIMEOUT.as_millis()
+            ));
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(2))
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| PgOpenError::Url(e.to_string()))?;
+        let connect_failed = |reason: String| PgOpenError::Connect {
+            target: target.clone(),
+            reason,
+        };
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| connect_failed(pool_reason(&e)))?;
+        schema::migrate(&mut client).await.map_err(|e| PgOpenError::Schema {
+            target: target.clone(),
+            reason: db_reason(&e),
+        })?;
+        let instance = cluster::Instance::register(&client, catalog, pins)
+            .await
+            .map_err(|e| connect_failed(db_reason(&e)))?;
+        drop(client);
+        Ok(Self {
+            pool,
+            catalog: catalog.to_string(),
+            target,
+            instance,
+        })
+    }
+
+    /// A pooled connection.
+    ///
+    /// # Errors
+    /// `Unexpected` with an I/O cause (answered `Unavailable`, [`super::is_storage_failure`])
+    /// when no connection could be had within [`CONNECT_TIMEOUT`].
+    pub(super) async fn client(&self) -> Result<Object> {
+        self.pool.get().await.map_err(|e| {
+            unavailable(format!(
+                "the catalog database {} is unavailable: {}",
+                self.target,
+                pool_reason(&e)
+            ))
+        })
+    }
+
+    /// The catalog name rows are keyed by.
+    pub(super) fn catalog(&self) -> &str {
+        &self.catalog
+    }
+
+    /// Host, port and database (no password), for messages.
+    pub(crate) fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Connections the pool holds now, and how many of them are idle.
+    pub(crate) fn pool_status(&self) -> (usize, usize) {
+        let status = self.pool.status();
+        (status.size, status.available)
+    }
+
+    /// `select 1`: whether the database answers.
+    ///
+    /// # Errors
+    /// As [`Self::client`], or the database's error.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
+    }
+
+    /// A database error as the catalog's error: a lost connection, a database shutting
+    /// down or out of resources is a storage failure (`Unavailable`); a deadlock or a
+    /// serialization failure a retryable `CatalogCommitConflicts`; anything else
+    /// `Unexpected`.
+    pub(super) fn error(&self, e: tokio_postgres::Error) -> Error {
+        pg_error(&self.target, e)
+    }
+}
+
+/// See [`PgStore::error`].
+pub(super) fn pg_error(target: &str, e: tokio_postgres::Error) -> Error {
+    let reason = db_reason(&e);
+    let code = e.code().map(|c| c.code().to_string());
+    match code.as_deref() {
+        // serialization_failure, deadlock_detected
+        Some("40001" | "40P01") => Error::new(
+            ErrorKind::CatalogCommitConflicts,
+            format!("the catalog database {target} aborted a commit: {reason}"),
+        )
+        .with_retryable(true),
+        // connection exceptions, insufficient resources, operator intervention (shutdown,
+        // cancel by statement_timeout), system errors
+        Some(c)
+            if c.starts_with("08")
+                || c.starts_with("53")
+                || c.starts_with("57")
+                || c.starts_with("58") =>
+        {
+            unavailable(format!("the catalog database {target} failed: {reason}"))
+        }
+        Some(_) => Error::new(
+            ErrorKind::Unexpected,
+            format!("the catalog database {target}: {reason}"),
+        ),
+        // No SQLSTATE: the connection broke or could not be made.
+        None => unavailable(format!("the catalog database {target} is unavailable: {reason}")),
+    }
+}
+
+/// `Unexpected` with an I/O cause: the server answers it `Unavailable` keeping `message`.
+pub(super) fn unavailable(message: String) -> Error {
+    Error::new(ErrorKind::Unexpected, message.clone())
+        .with_source(std::io::Error::new(std::io::ErrorKind::NotConnected, message))
+}
+
+/// The database's message (with its detail), or the client's.
+fn db_reason(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_string(),
+        },
+        None => {
+            let mut reason = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                reason = format!("{reason}: {s}");
+                source = s.source();
+            }
+            reason
+        }
+    }
+}
+
+fn pool_reason(e: &deadpool_postgres::PoolError) -> String {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => db_reason(e),
+        deadpool_postgres::PoolError::Timeout(_) => format!(
+            "no connection within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// `host:port/database` of a connection config, without user or password.
+fn describe(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".to_string());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or("postgres");
+    format!("{host}:{port}/{db}")
+}
+
+/// The JDBC catalog's namespace string: the levels joined with `.` (Java's
+/// `JdbcUtil.namespaceToString`, pyiceberg's `Catalog.namespace_to_string`).
+///
+/// # Errors
+/// `DataInvalid` for no level, an empty level or one holding `.` (it would read back as
+/// two levels).
+pub(super) fn namespace_string(levels: &[String]) -> Result<String> {
+    if levels.is_empty() || levels.iter().any(|l| l.is_empty() || l.contains('.')) {
+        return Err(Error::new(
+            ErrorKind::DataInvalid,
+            format!(
+                "invalid namespace {levels:?} for a PostgreSQL catalog: a level must be \
+                 non-empty and hold no '.' (the JDBC catalog joins levels with '.')"
+            ),
+        ));
+    }
+    Ok(levels.join("."))
+}
+
+/// The levels of a JDBC namespace string.
+pub(super) fn namespace_levels(namespace: &str) -> Vec<String> {
+    namespace.split('.').map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Catches a namespace level with a '.' written as it is: it would read back as two
+    // levels (another namespace) in every JDBC-catalog reader.
+    #[test]
+    fn a_dotted_namespace_level_is_refused() {
+        let ns = |l: &[&str]| namespace_string(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(ns(&["a", "b"]).unwrap(), "a.b");
+        assert!(ns(&["a.b"]).is_err());
+        assert!(ns(&[""]).is_err());
+        assert!(ns(&[]).is_err());
+        assert_eq!(namespace_levels("a.b"), vec!["a", "b"]);
+    }
+}
