@@ -27,7 +27,8 @@
 #
 # With PG_CLUSTER_OWNER=PID in the environment, `start` also leaves a watcher that stops
 # the cluster (fast, then immediate) once process PID is gone, so a test process that is
-# killed leaves no server behind.
+# killed leaves no server behind; and that stops the server (SIGQUIT) when DIR is deleted
+# under it.
 #
 # PostgreSQL comes from tests/pg/install-postgres.sh (initdb/pg_ctl on PATH or in
 # /usr/lib/postgresql/*/bin, newest version first).
@@ -169,8 +170,18 @@ start_watcher() {
     [ -e "$DIR/watcher.pid" ] && kill -0 "$(cat "$DIR/watcher.pid")" 2>/dev/null && return 0
     # Detached, with no handle on our stdout (a caller reading it until EOF would hang).
     setsid bash -c '
-        while kill -0 "$1" 2>/dev/null && [ -d "$2/data" ]; do sleep 1; done
-        "$0" stop "$2" fast || "$0" stop "$2" immediate
+        postmaster=""
+        while kill -0 "$1" 2>/dev/null && [ -d "$2/data" ]; do
+            [ -r "$2/data/postmaster.pid" ] && postmaster="$(head -n 1 "$2/data/postmaster.pid")"
+            sleep 1
+        done
+        if [ -d "$2/data" ]; then
+            "$0" stop "$2" fast || "$0" stop "$2" immediate
+        elif [ -n "$postmaster" ] &&
+            tr "\0" " " <"/proc/$postmaster/cmdline" 2>/dev/null | grep -qF -- "-D $2/data"; then
+            # DIR was deleted under a running server: SIGQUIT is its immediate shutdown.
+            kill -QUIT "$postmaster"
+        fi
     ' "$(realpath "$0")" "$owner" "$DIR" </dev/null >>"$DIR/watcher.log" 2>&1 &
     echo $! >"$DIR/watcher.pid"
 }
