@@ -6,7 +6,8 @@
 # server, moto's S3 server) against the real `skade` binary, and the soak harness's
 # 2-minute form (benches/soak/). Creates the Python venv at
 # .venv on first use, and installs Prometheus (Debian's `prometheus` package: `prometheus`
-# and `promtool`) when missing.
+# and `promtool`) and PostgreSQL (Debian's `postgresql` package, for the private clusters
+# of tests/pg/cluster.sh) when missing.
 # Honours CARGO_TARGET_DIR: the binary under test is the one `cargo build` just made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
     -r tests/powercut/requirements.txt
 tests/ops/install-prometheus.sh
 tests/powercut/install-fuse.sh
+tests/pg/install-postgres.sh
 
 tests/ops/lint.sh
 

@@ -27,6 +27,7 @@ mod merge_append;
 mod operability;
 mod parallel_encode;
 mod partitioning;
+mod pg_cluster;
 mod rest;
 mod rest_ddl;
 mod rest_validation;

@@ -540,24 +540,31 @@ async fn a_stream_a_shutdown_ends_is_an_info_event() {
     drop(batch_tx);
 }
 
-/// The readiness probe's `timeoutSeconds` in `deploy/statefulset.yaml`.
+/// The shortest readiness probe `timeoutSeconds` of the manifests operators apply:
+/// `deploy/statefulset.yaml` and `deploy/shared/deployment.yaml`.
 fn readiness_probe_timeout() -> Duration {
-    let manifest = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/statefulset.yaml"),
-    )
-    .expect("statefulset.yaml");
-    let probe = manifest
-        .split("readinessProbe:")
-        .nth(1)
-        .expect("a readiness probe");
-    let seconds = probe
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("timeoutSeconds:"))
-        .expect("timeoutSeconds")
-        .trim()
-        .parse()
-        .expect("seconds");
-    Duration::from_secs(seconds)
+    ["deploy/statefulset.yaml", "deploy/shared/deployment.yaml"]
+        .iter()
+        .map(|path| {
+            let manifest = std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path),
+            )
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+            let probe = manifest
+                .split("readinessProbe:")
+                .nth(1)
+                .unwrap_or_else(|| panic!("a readiness probe in {path}"));
+            let seconds = probe
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("timeoutSeconds:"))
+                .unwrap_or_else(|| panic!("timeoutSeconds in {path}"))
+                .trim()
+                .parse()
+                .expect("seconds");
+            Duration::from_secs(seconds)
+        })
+        .min()
+        .expect("two manifests")
 }
 
 /// The real binary on an S3 warehouse whose endpoint nothing listens on (the object

@@ -16,6 +16,11 @@ Warehouses: ``skade_server`` keeps its tables in a local directory, ``skade_s3_s
 in a bucket of moto's S3 server (``moto`` starts it on a free loopback port). A test
 module that defines ``skade_server`` as ``any_warehouse_server`` runs on both.
 
+PostgreSQL: the session-scoped ``postgres`` fixture is one private cluster
+(``pg.PostgresCluster``, tests/pg/cluster.sh) for the whole session, and
+``postgres_database()`` makes a fresh database in it per caller (one catalog database per
+skade server). PostgreSQL comes from tests/pg/install-postgres.sh.
+
 Environment:
 
 * ``SKADE_BIN`` -- the skade binary to test (default ``$CARGO_TARGET_DIR/debug/skade``,
@@ -29,7 +34,9 @@ fails to start or does not exit cleanly.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -39,9 +46,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
+
+from pg import PostgresCluster, PostgresDatabase, PostgresError, new_cluster_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BIN = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target") / "debug" / "skade"
@@ -483,3 +492,37 @@ def skade_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Skade
         token_file=token_file,
         tls_root_certs=cert_pem,
     )
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """One private PostgreSQL cluster for the session (tests/pg/cluster.sh) in a fresh
+    directory under /tmp (reachable by the OS user ``postgres`` when running as root),
+    with its database ``skade``; stopped and deleted at the end of the session, also when
+    the session is interrupted (Ctrl-C runs this teardown; a pytest that is killed
+    outright leaves cluster.sh's watcher, which stops the server once pytest is gone).
+    Fails, naming tests/pg/install-postgres.sh, when PostgreSQL is missing."""
+    cluster = PostgresCluster(new_cluster_dir())
+    try:
+        cluster.start()
+    except PostgresError as e:
+        shutil.rmtree(cluster.directory, ignore_errors=True)
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_database(postgres: PostgresCluster) -> Callable[..., PostgresDatabase]:
+    """A factory: ``postgres_database(prefix="catalog")`` creates a fresh database
+    ``<prefix>_<n>`` in the session's cluster and returns it (``.url`` for ``skade serve
+    --catalog``, ``.sqlalchemy_url`` for pyiceberg's ``SqlCatalog``), so each skade server
+    gets a catalog database of its own."""
+    counter = itertools.count(1)
+
+    def create(prefix: str = "catalog") -> PostgresDatabase:
+        return postgres.create_database(f"{prefix}_{next(counter)}")
+
+    return create

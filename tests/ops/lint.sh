@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lints what operators run: the Dockerfile with hadolint, the Kubernetes manifests in
-# deploy/ with kubernetes-validate (strict: an unknown field fails) against the oldest and
-# the newest Kubernetes minor versions maintained upstream, the Prometheus rules with
+# deploy/ and deploy/shared/ (with its Secrets example) with kubernetes-validate (strict:
+# an unknown field fails) against the oldest and the newest Kubernetes minor versions
+# maintained upstream, the Prometheus rules with
 # `promtool check rules` and their unit tests with `promtool test rules`
 # (tests/ops/install-prometheus.sh), and the Grafana dashboard as JSON. hadolint and
 # kubernetes-validate come from PyPI
@@ -12,8 +13,9 @@ cd "$(dirname "$0")/../.."
 .venv/bin/hadolint --failure-threshold info Dockerfile
 echo "hadolint: Dockerfile ok"
 for version in 1.35 1.37; do
-    .venv/bin/kubernetes-validate --strict --quiet -k "$version" deploy/*.yaml
-    echo "kubernetes-validate: deploy/ ok against Kubernetes $version"
+    .venv/bin/kubernetes-validate --strict --quiet -k "$version" deploy/*.yaml \
+        deploy/shared/*.yaml deploy/shared/secrets.yaml.example
+    echo "kubernetes-validate: deploy/ and deploy/shared/ ok against Kubernetes $version"
 done
 promtool check rules deploy/prometheus/skade-rules.yaml
 promtool test rules deploy/prometheus/skade-rules.test.yaml

@@ -1,6 +1,9 @@
 //! Shared test fixture: a real skade server on 127.0.0.1:0 with a temp data dir, a real
-//! Flight client, and helpers to build and read batches.
+//! Flight client, and helpers to build and read batches. [`postgres`]: a private
+//! PostgreSQL cluster for the shared-catalog tests.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod postgres;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
