@@ -41,6 +41,11 @@ impl Pins {
         }
     }
 
+    /// When the oldest live pin was taken (no slack).
+    pub(super) fn oldest_taken(&self) -> Option<SystemTime> {
+        self.lock().1.values().min().copied()
+    }
+
     /// The time of the oldest live pin, less [`SLACK`].
     pub(super) fn oldest(&self) -> Option<SystemTime> {
         let live = self.lock();

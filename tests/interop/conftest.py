@@ -82,6 +82,9 @@ class SkadeServer:
     """The PEM certificate to trust when the server runs with ``--tls-cert``."""
     s3: S3Warehouse | None = None
     """The bucket and prefix when the server's warehouse is on S3."""
+    catalog_database: "PostgresDatabase | None" = None
+    """The PostgreSQL database when the server runs with ``--catalog postgres://...``
+    (else its catalog is ``catalog.redb`` in the data dir)."""
 
     @property
     def warehouse(self) -> Path:
@@ -396,14 +399,38 @@ def skade_s3_server(tmp_path_factory: pytest.TempPathFactory, moto: str) -> Iter
     )
 
 
-WAREHOUSES = ["local", "s3"]
+@pytest.fixture(scope="session")
+def skade_pg_server(
+    tmp_path_factory: pytest.TempPathFactory, moto: str, postgres_database
+) -> Iterator[SkadeServer]:
+    """``skade serve --catalog postgres://...`` with a catalog database of its own in the
+    session's PostgreSQL cluster and its warehouse at ``s3://S3_BUCKET/pg`` on moto: the
+    shape several instances share (README, "Running several instances")."""
+    database = postgres_database("interop")
+    yield from launch_skade(
+        tmp_path_factory.mktemp("skade-pg"),
+        [*s3_args(moto, "pg"), "--catalog", database.url],
+        env=S3_CREDENTIALS,
+        s3=S3Warehouse(endpoint=moto, prefix="pg"),
+        catalog_database=database,
+    )
+
+
+WAREHOUSES = ["local", "s3", "postgres"]
+"""``local`` and ``s3``: the embedded redb catalog with the warehouse on local disk or
+on S3; ``postgres``: a PostgreSQL catalog with the warehouse on S3."""
 
 
 @pytest.fixture(scope="session", params=WAREHOUSES)
 def any_warehouse_server(request: pytest.FixtureRequest) -> SkadeServer:
-    """``skade_server`` and ``skade_s3_server`` in turn: a test using it runs once with
-    the warehouse on local disk and once on S3 (ids ``[local]``, ``[s3]``)."""
-    return request.getfixturevalue({"local": "skade_local_server", "s3": "skade_s3_server"}[request.param])
+    """``skade_server``, ``skade_s3_server`` and ``skade_pg_server`` in turn: a test using
+    it runs on a local warehouse, on S3, and on S3 with a PostgreSQL catalog (ids
+    ``[local]``, ``[s3]``, ``[postgres]``)."""
+    return request.getfixturevalue(
+        {"local": "skade_local_server", "s3": "skade_s3_server", "postgres": "skade_pg_server"}[
+            request.param
+        ]
+    )
 
 
 AUTH_TOKEN = "interop-token-3c9e1f"

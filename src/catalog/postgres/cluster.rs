@@ -111,7 +111,11 @@ impl Instance {
         if registration.lost {
             return Err(lost());
         }
-        if oldest.is_some_and(|pin| pin < registration.since) {
+        if self
+            .pins
+            .oldest_taken()
+            .is_some_and(|taken| taken < registration.since)
+        {
             return Err(super::unavailable(
                 "this instance's registration in the catalog database expired while writers \
                  were open (no renewal for the instance timeout): their files may have been \
