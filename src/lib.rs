@@ -268,7 +268,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         catalog = %service
             .catalog
             .database()
-            .map_or_else(|| "redb (catalog.redb in the data dir)".to_string(), |pg| format!("postgresql {}", pg.target())),
+            .map_or_else(
+                || "redb (catalog.redb in the data dir)".to_string(),
+                |pg| format!("postgresql {} (instance {})", pg.target(), pg.instance_id())
+            ),
         warehouse = %service.catalog.warehouse(),
         auth = if tokens.is_some() { "bearer tokens" } else { "off" },
         tls = if tls_on { "on" } else { "off" },

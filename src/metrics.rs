@@ -82,7 +82,13 @@ pub const CLEANUP_WAITING_FILES: &str = "skade_cleanup_waiting_files";
 pub const CLEANUP_WAITING_BYTES: &str = "skade_cleanup_waiting_bytes";
 /// Seconds of one maintenance pass over every table (expiry, merge, compaction, cleanup).
 pub const MAINTENANCE_PASS_DURATION_SECONDS: &str = "skade_maintenance_pass_duration_seconds";
-/// Failed maintenance jobs, label `job` = `expire` | `merge` | `compact` | `cleanup` | `load`.
+/// Tables the last maintenance pass found, label `maintained_by` = `this_instance` (it held
+/// the table's maintenance lease and ran its jobs) | `another_instance` (an instance
+/// sharing the PostgreSQL catalog held it). On the embedded catalog every table is
+/// `this_instance`.
+pub const MAINTENANCE_TABLES: &str = "skade_maintenance_tables";
+/// Failed maintenance jobs, label `job` = `expire` | `merge` | `compact` | `cleanup` |
+/// `load` | `lease`.
 pub const MAINTENANCE_ERRORS_TOTAL: &str = "skade_maintenance_errors_total";
 /// Snapshots in a table's metadata, label `table` (one series per catalog table; a
 /// dropped table's series is removed).
@@ -298,6 +304,7 @@ struct MaintenanceFamily {
     files_deleted_early: IntCounterVec,
     bytes_deleted_early: IntCounterVec,
     waiting_files: IntGauge,
+    tables: IntGaugeVec,
     waiting_bytes: IntGauge,
     pass_duration: Histogram,
     errors: IntCounterVec,
@@ -359,6 +366,11 @@ impl MaintenanceFamily {
                 MAINTENANCE_PASS_DURATION_SECONDS,
                 "Seconds of one maintenance pass over every table.",
                 &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+            ),
+            tables: r.gauge_vec(
+                MAINTENANCE_TABLES,
+                "Tables the last maintenance pass found, by which instance maintains them.",
+                "maintained_by",
             ),
             errors: r.counter_vec(
                 MAINTENANCE_ERRORS_TOTAL,
@@ -640,9 +652,17 @@ impl Metrics {
         m.waiting_bytes.set(gauge_value(bytes));
     }
 
-    /// Records one maintenance pass of `seconds`.
-    pub fn record_maintenance_pass(&self, seconds: f64) {
-        self.maintenance.pass_duration.observe(seconds);
+    /// Records one maintenance pass of `seconds`, in which this instance maintained
+    /// `maintained` tables and another instance `elsewhere`.
+    pub fn record_maintenance_pass(&self, seconds: f64, maintained: usize, elsewhere: usize) {
+        let m = &self.maintenance;
+        m.pass_duration.observe(seconds);
+        m.tables
+            .with_label_values(&["this_instance"])
+            .set(gauge_value(maintained as u64));
+        m.tables
+            .with_label_values(&["another_instance"])
+            .set(gauge_value(elsewhere as u64));
     }
 
     /// Records one failed maintenance `job`.

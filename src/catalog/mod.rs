@@ -41,6 +41,7 @@ mod pins;
 pub mod postgres;
 mod purge;
 mod release;
+mod shared;
 mod store;
 pub mod warehouse;
 
@@ -67,6 +68,7 @@ use metadata_cache::MetadataCache;
 pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
 pub use release::{CommitPause, Release, ReleaseEntry};
+pub use shared::MaintenanceLease;
 use store::{KEY_SEP, NAMESPACES, TABLES};
 pub use warehouse::{S3Options, Warehouse};
 

@@ -72,7 +72,8 @@ pub enum MaintenanceError {
     Job {
         /// The table, `ns.table`.
         table: String,
-        /// `expire`, `merge`, `compact`, `cleanup` or `load`.
+        /// `expire`, `merge`, `compact`, `cleanup`, `load` or `lease` (the maintenance
+        /// lease of a shared catalog could not be asked for).
         job: &'static str,
         /// iceberg's or the catalog's error.
         #[source]
@@ -117,6 +118,11 @@ pub struct PassReport {
     pub waiting: WaitingFiles,
     /// Jobs that failed (each logged and counted in `skade_maintenance_errors_total`).
     pub errors: Vec<MaintenanceError>,
+    /// Tables this instance maintained this pass (held their maintenance lease).
+    pub maintained: usize,
+    /// Tables another instance sharing the catalog maintained (held their lease), left
+    /// alone by this one.
+    pub held_elsewhere: usize,
 }
 
 /// Runs table maintenance passes over one catalog.
@@ -258,7 +264,11 @@ impl Maintainer {
         // the parsed-manifest cache holds beyond them belongs to expired snapshots.
         state.sweeper.manifests().forget_unused();
         self.metrics
-            .record_maintenance_pass(started.elapsed().as_secs_f64());
+            .record_maintenance_pass(
+                started.elapsed().as_secs_f64(),
+                report.maintained,
+                report.held_elsewhere,
+            );
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
             warn!(error = %e, "maintenance job failed");
@@ -291,11 +301,26 @@ impl Maintainer {
         // What the table references now (every snapshot's manifest list and manifests,
         // the current one's among them) is read and parsed before the commit turn is
         // taken, so the turn waits only for what the appends of the next moment add.
+        // (Also when another instance maintains the table: this one may sweep.)
         state
             .sweeper
             .observe(&table)
             .await
             .map_err(failed("cleanup"))?;
+        // On a shared catalog one instance at a time maintains a table.
+        let Some(_lease) = self
+            .catalog
+            .maintenance_lease(ident)
+            .await
+            .map_err(failed("lease"))?
+        else {
+            report.held_elsewhere += 1;
+            return Ok(());
+        };
+        report.maintained += 1;
+        // The files this table's jobs write before their commit (merged manifests,
+        // compacted data files) are held like a put's, for every instance's cleanup.
+        let _pin = self.catalog.pin_writes();
         let turns = self.catalog.commit_turns([&table]).await;
         let uuid = table.metadata().uuid();
         let table = self
@@ -552,6 +577,15 @@ impl Maintainer {
         state: &mut State,
         report: &mut PassReport,
     ) -> Result<(), MaintenanceError> {
+        let lease_failed = |e: iceberg::Error| MaintenanceError::Job {
+            table: "*".to_string(),
+            job: "lease",
+            source: Box::new(e),
+        };
+        // On a shared catalog one instance at a time sweeps.
+        let Some(_lease) = self.catalog.sweep_lease().await.map_err(lease_failed)? else {
+            return Ok(());
+        };
         let mut tables = Vec::with_capacity(idents.len());
         let mut locations = HashMap::with_capacity(idents.len());
         for ident in idents {
@@ -603,13 +637,18 @@ impl Maintainer {
         if !due {
             return Ok(());
         }
+        let oldest_pin = self
+            .catalog
+            .oldest_write_pin_anywhere()
+            .await
+            .map_err(lease_failed)?;
         let removed = state
             .sweeper
             .sweep(
                 &FileStore::of(self.catalog.warehouse()),
                 &tables,
                 limits,
-                self.catalog.oldest_write_pin(),
+                oldest_pin,
             )
             .await?;
         state.swept_at = locations;

@@ -160,15 +160,19 @@ impl PgStore {
         &self.catalog
     }
 
+    /// The catalog name rows are keyed by (`--catalog-name`).
+    pub(crate) fn catalog_name(&self) -> &str {
+        &self.catalog
+    }
+
     /// Host, port and database (no password), for messages.
     pub(crate) fn target(&self) -> &str {
         &self.target
     }
 
-    /// Connections the pool holds now, and how many of them are idle.
-    pub(crate) fn pool_status(&self) -> (usize, usize) {
-        let status = self.pool.status();
-        (status.size, status.available)
+    /// This instance's id in `skade_instances` (changes when it registers again).
+    pub(crate) fn instance_id(&self) -> String {
+        self.instance.id()
     }
 
     /// `select 1`: whether the database answers.
