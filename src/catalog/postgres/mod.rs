@@ -175,19 +175,6 @@ impl PgStore {
         self.instance.id()
     }
 
-    /// `select 1`: whether the database answers.
-    ///
-    /// # Errors
-    /// As [`Self::client`], or the database's error.
-    pub(crate) async fn ping(&self) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(())
-    }
-
     /// A database error as the catalog's error: a lost connection, a database shutting
     /// down or out of resources is a storage failure (`Unavailable`); a deadlock or a
     /// serialization failure a retryable `CatalogCommitConflicts`; anything else
