@@ -21,6 +21,9 @@ use crate::write::IngestStats;
 pub const CATALOG_COMMITS_TOTAL: &str = "skade_catalog_commits_total";
 /// Warehouse syncs (`syncfs(2)`) before data commits' pointer flips.
 pub const FILE_SYNCS_TOTAL: &str = "skade_file_syncs_total";
+/// Commits staged again after a compare-and-swap conflict (the table moved under them:
+/// on a shared catalog, mostly another instance's commit of the same table).
+pub const COMMIT_CONFLICTS_TOTAL: &str = "skade_commit_conflicts_total";
 /// Seconds of one catalog commit, label `lane` = `stream` | `multi`.
 pub const COMMIT_DURATION_SECONDS: &str = "skade_commit_duration_seconds";
 /// Rows made visible, label `table`.
@@ -476,7 +479,7 @@ impl Metrics {
     /// are kept — as [`CATALOG_COMMITS_TOTAL`] and [`FILE_SYNCS_TOTAL`], read at scrape
     /// time. Only the first catalog given is shown.
     pub fn count_catalog(&self, counts: CommitCounts) {
-        let pulled: [(&str, &str, ReadCount); 2] = [
+        let pulled: [(&str, &str, ReadCount); 3] = [
             (
                 CATALOG_COMMITS_TOTAL,
                 "Durable redb write transactions on the data paths (commit fsyncs).",
@@ -486,6 +489,11 @@ impl Metrics {
                 FILE_SYNCS_TOTAL,
                 "Warehouse syncs (syncfs) before data commits' pointer flips.",
                 CommitCounts::syncs,
+            ),
+            (
+                COMMIT_CONFLICTS_TOTAL,
+                "Commits staged again after a compare-and-swap conflict.",
+                CommitCounts::conflicts,
             ),
         ];
         for (name, help, read) in pulled {

@@ -326,6 +326,7 @@ impl RedbCatalog {
                         && attempt < policy.retries =>
                 {
                     attempt += 1;
+                    self.committer.counters.record_conflict();
                     tracing::debug!(attempt, error = %e, "commit conflict, staging again");
                     tokio::time::sleep(policy.wait(attempt)).await;
                 }

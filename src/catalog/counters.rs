@@ -31,6 +31,8 @@ pub(super) struct Counters {
     commits: AtomicU64,
     /// Warehouse syncs made before those transactions committed.
     syncs: AtomicU64,
+    /// Commits the driver staged again after a compare-and-swap conflict.
+    conflicts: AtomicU64,
 }
 
 impl Counters {
@@ -52,6 +54,11 @@ impl Counters {
     pub(super) fn record_sync(&self) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Records one conflict the commit driver resolved by staging again.
+    pub(super) fn record_conflict(&self) {
+        self.conflicts.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A shared read handle of one catalog's data-commit counts ([`RedbCatalog::commit_counts`]);
@@ -68,6 +75,13 @@ impl CommitCounts {
     /// As [`RedbCatalog::sync_count`].
     pub fn syncs(&self) -> u64 {
         self.0.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Commits this catalog's driver staged again after a compare-and-swap conflict (the
+    /// table moved under them: another commit of this process that did not share its
+    /// turn, or of another instance or JDBC-catalog writer sharing the database).
+    pub fn conflicts(&self) -> u64 {
+        self.0.conflicts.load(Ordering::Relaxed)
     }
 }
 
