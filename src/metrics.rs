@@ -825,7 +825,7 @@ mod tests {
         m.record_file_deleted("data", 70);
         m.record_file_deleted_early("metadata", 90);
         m.set_cleanup_waiting(12, 3400);
-        m.record_maintenance_pass(0.2);
+        m.record_maintenance_pass(0.2, 0, 0);
         m.record_maintenance_error("merge");
         m.set_table_shape("ns.a", 3, 2, 9);
         m.set_table_shape("ns.gone", 1, 1, 1);

@@ -69,3 +69,4 @@ mod clients;
 mod kill_before_ack;
 mod random_kills;
 mod server;
+mod shared_catalog;
