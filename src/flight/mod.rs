@@ -1,6 +1,7 @@
 //! The Arrow Flight service: streaming put, read back, and the Flight SQL subset for
 //! ingest and transactions (Lane 2).
 
+mod decode;
 mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
 pub mod names;
@@ -9,10 +10,8 @@ mod read;
 mod sql;
 pub mod txn;
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::flight_service_server::FlightService;
@@ -21,7 +20,7 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -36,6 +35,7 @@ use crate::config::IngestConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::write::MemoryBudget;
+use decode::{Batches, BoxStream};
 
 /// What every RPC shares: the catalog, the metrics and the ingest settings.
 #[derive(Debug)]
@@ -190,8 +190,6 @@ pub(crate) fn code_name(code: Code) -> &'static str {
     }
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
 /// How long `Handshake` waits for a first request whose payload may carry the token.
 const HANDSHAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -221,7 +219,6 @@ fn is_cmd(descriptor: &FlightDescriptor) -> bool {
     DescriptorType::try_from(descriptor.r#type) == Ok(DescriptorType::Cmd)
 }
 
-/// Decrements the open-streams gauge when a put ends, however it ends.
 #[tonic::async_trait]
 impl FlightService for SkadeFlight {
     type HandshakeStream = BoxStream<HandshakeResponse>;
@@ -365,7 +362,7 @@ impl FlightService for SkadeFlight {
                 }));
             }
             Err(status) => {
-                return Err(self.fail(put::flight_error(
+                return Err(self.fail(decode::flight_error(
                     FlightError::Tonic(Box::new(status)),
                     self.svc.config.max_message_size,
                 )));
@@ -384,7 +381,7 @@ impl FlightService for SkadeFlight {
         let data = futures::stream::once(async move { Ok(first) })
             .chain(input)
             .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let batches = Batches::new(data, self.svc.config.max_message_size);
         let Some(ident) = ident else {
             // Lane 2: Flight SQL bulk ingest.
             let Some(Command::CommandStatementIngest(cmd)) = command else {
