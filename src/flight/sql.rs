@@ -39,7 +39,7 @@ use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::storage::file_store::FileStore;
-use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles};
+use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles, StagedTable};
 
 /// The Flight SQL action that opens a transaction.
 pub(crate) const BEGIN_TRANSACTION: &str = "BeginTransaction";
@@ -474,14 +474,15 @@ async fn stream_into(
         commit_interval: None,
     };
     let staged = staged_mut(state, ident)?;
-    let mut batcher = match &staged.schema_change {
-        Some(change) => Batcher::with_schema(&staged.table, change.schema.clone(), limits)?,
-        None => Batcher::new(&staged.table, limits)?,
+    let part = &mut staged.part;
+    let mut batcher = match &part.schema_change {
+        Some(change) => Batcher::with_schema(&part.table, change.schema.clone(), limits)?,
+        None => Batcher::new(&part.table, limits)?,
     };
     let mut sink = StageFiles {
-        table: &staged.table,
+        table: &part.table,
         names: &mut staged.names,
-        files: &mut staged.files,
+        files: &mut part.data_files,
     };
     let mut rows = 0u64;
     loop {
@@ -528,7 +529,7 @@ async fn resolve(
             ),
         )
     };
-    if let Some(staged) = state.table_mut(ident) {
+    if let Some(Staged { part: staged, .. }) = state.table_mut(ident) {
         if definition.fail_if_exists {
             return Err(exists(" (written earlier in this transaction)"));
         }
@@ -586,11 +587,13 @@ async fn resolve(
         write::evolve::plan(&table, table.metadata().current_schema(), schema)?
     };
     state.tables.push(Staged {
-        table,
-        create,
+        part: StagedTable {
+            table,
+            create,
+            data_files: Vec::new(),
+            schema_change,
+        },
         names: FileNames::new(),
-        files: Vec::new(),
-        schema_change,
         store: FileStore::of(svc.catalog.warehouse()),
     });
     Ok(())

@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use iceberg::TableIdent;
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -86,20 +85,17 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// One table's part of a transaction.
+/// One table's part of a transaction: what its commit takes, and what the transaction
+/// needs of the table until then.
 #[derive(Debug)]
 pub(crate) struct Staged {
-    /// The table's base handle, or its planned handle when `create` is set.
-    pub(crate) table: Table,
-    /// Whether the commit creates the table.
-    pub(crate) create: bool,
+    /// What the commit takes ([`write::commit_staged_with`]): the table's base handle (its
+    /// planned handle when the commit creates it), the files written and not yet visible
+    /// in write order, and the schema this transaction's ingests evolved the table to
+    /// (committed with the files), when the table opted in.
+    pub(crate) part: StagedTable,
     /// Names the transaction's files of this table in write order.
     pub(crate) names: FileNames,
-    /// Files written and not yet visible.
-    pub(crate) files: Vec<DataFile>,
-    /// The schema this transaction's ingests evolved the table to (committed with the
-    /// files), when the table opted in.
-    pub(crate) schema_change: Option<write::SchemaChange>,
     /// Where the table's files are stored (what a discard removes them through).
     pub(crate) store: FileStore,
 }
@@ -118,26 +114,26 @@ impl TxnState {
     pub(crate) fn table_mut(&mut self, ident: &TableIdent) -> Option<&mut Staged> {
         self.tables
             .iter_mut()
-            .find(|s| s.table.identifier() == ident)
+            .find(|s| s.part.table.identifier() == ident)
     }
 
     /// Deletes every staged data file (best effort, through the table's storage: the
     /// filesystem or the object store) and forgets them.
     pub(crate) async fn discard(&mut self) {
         for staged in self.tables.drain(..) {
-            let store = &staged.store;
-            let paths: Vec<_> = staged
-                .files
+            let (part, store) = (&staged.part, &staged.store);
+            let paths: Vec<_> = part
+                .data_files
                 .iter()
                 .filter_map(|file| store.path_of(file.file_path()))
                 .collect();
             if let Err(e) = store.remove(paths).await {
-                warn!(table = %staged.table.identifier(), error = %e, "cannot delete staged data files");
+                warn!(table = %part.table.identifier(), error = %e, "cannot delete staged data files");
             }
-            if staged.create {
+            if part.create {
                 // A planned table owns its directories only while they are empty (an
                 // object store has none).
-                if let Some(location) = store.path_of(staged.table.metadata().location()) {
+                if let Some(location) = store.path_of(part.table.metadata().location()) {
                     store.remove_empty_dirs(vec![location]).await;
                 }
             }
@@ -147,8 +143,8 @@ impl TxnState {
     /// Whether every staged table with files already holds `key`'s sequence.
     async fn is_replay(&self, svc: &Service, key: &TxnKey) -> Result<bool, Error> {
         let mut any = false;
-        for staged in self.tables.iter().filter(|s| !s.files.is_empty()) {
-            let ident = staged.table.identifier();
+        for staged in self.tables.iter().filter(|s| !s.part.data_files.is_empty()) {
+            let ident = staged.part.table.identifier();
             let mark = svc
                 .catalog
                 .writer_mark(&key.writer, ident)
@@ -193,16 +189,8 @@ impl TxnState {
             super::exactly_once::admit_writer(svc, &key.writer).await?;
             properties = marks::summary(&key.writer, key.sequence, key.sequence);
         }
-        let staged: Vec<StagedTable> = self
-            .tables
-            .iter()
-            .map(|s| StagedTable {
-                table: s.table.clone(),
-                create: s.create,
-                data_files: s.files.clone(),
-                schema_change: s.schema_change.clone(),
-            })
-            .collect();
+        // A copy: a failed commit's files are still the transaction's to discard.
+        let staged: Vec<StagedTable> = self.tables.iter().map(|s| s.part.clone()).collect();
         let started = Instant::now();
         match write::commit_staged_with(&svc.catalog, staged, properties).await {
             Ok((tables, stats)) => {
@@ -237,10 +225,10 @@ impl TxnState {
             .iter()
             .map(|s| {
                 let mut one = IngestStats::default();
-                if !s.files.is_empty() {
-                    one.add_commit(&s.files);
+                if !s.part.data_files.is_empty() {
+                    one.add_commit(&s.part.data_files);
                 }
-                (s.table.identifier().to_string(), one)
+                (s.part.table.identifier().to_string(), one)
             })
             .collect();
         svc.metrics.record_tables_commit(lane, &per_table, seconds);
@@ -510,7 +498,7 @@ impl Transactions {
     async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
         let mut state = txn.state.lock().await;
         let tables = state.tables.len();
-        let files: usize = state.tables.iter().map(|s| s.files.len()).sum();
+        let files: usize = state.tables.iter().map(|s| s.part.data_files.len()).sum();
         self.finish(txn, outcome.clone());
         state.discard().await;
         if tables > 0 || outcome == Outcome::TimedOut {
