@@ -224,10 +224,7 @@ impl TxnState {
             .tables
             .iter()
             .map(|s| {
-                let mut one = IngestStats::default();
-                if !s.part.data_files.is_empty() {
-                    one.add_commit(&s.part.data_files);
-                }
+                let one = IngestStats::of_commit(&s.part.data_files);
                 (s.part.table.identifier().to_string(), one)
             })
             .collect();

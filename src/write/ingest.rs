@@ -27,6 +27,16 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
+    /// What one commit of `files` (one snapshot) makes visible; nothing for no files,
+    /// which no commit adds a snapshot for.
+    pub fn of_commit(files: &[DataFile]) -> Self {
+        let mut stats = Self::default();
+        if !files.is_empty() {
+            stats.add_commit(files);
+        }
+        stats
+    }
+
     /// Adds `files` committed by one commit.
     pub fn add_commit(&mut self, files: &[DataFile]) {
         self.add_files(files);
@@ -247,11 +257,10 @@ pub async fn ingest_parallel(
 ) -> Result<(Table, IngestStats), WriteError> {
     let encoded = encode(table, groups).await?;
     let files = write_files(table, encoded, &mut FileNames::new(), props).await?;
-    let mut stats = IngestStats::default();
+    let stats = IngestStats::of_commit(&files);
     if files.is_empty() {
         return Ok((table.clone(), stats));
     }
-    stats.add_commit(&files);
     let table = commit_files(catalog, table, files).await?;
     Ok((table, stats))
 }
