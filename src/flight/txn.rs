@@ -285,6 +285,29 @@ struct Registry {
     sessions: HashMap<SessionKey, Uuid>,
 }
 
+impl Registry {
+    /// Takes the open transaction `id` out of the open set for ending it; later lookups
+    /// see it as ending. `None` when it is not open.
+    fn mark_ending(&mut self, id: Uuid) -> Option<Arc<Txn>> {
+        let txn = self.open.remove(&id)?;
+        self.finished.insert(id, (Outcome::Ending, Instant::now()));
+        Some(txn)
+    }
+
+    /// [`Self::mark_ending`] for every open transaction `which` selects.
+    fn take_open(&mut self, which: impl Fn(&Txn) -> bool) -> Vec<Arc<Txn>> {
+        let ids: Vec<Uuid> = self
+            .open
+            .values()
+            .filter(|t| which(t))
+            .map(|t| t.id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.mark_ending(id))
+            .collect()
+    }
+}
+
 /// Every transaction of one server.
 #[derive(Debug)]
 pub struct Transactions {
@@ -407,10 +430,7 @@ impl Transactions {
     fn take(&self, id: Uuid) -> Result<Arc<Txn>, Error> {
         let mut registry = lock(&self.registry);
         let txn = lookup(&registry, id)?;
-        registry.open.remove(&id);
-        registry
-            .finished
-            .insert(id, (Outcome::Ending, Instant::now()));
+        registry.mark_ending(id);
         self.metrics.set_transactions_open(registry.open.len());
         Ok(txn)
     }
@@ -510,21 +530,7 @@ impl Transactions {
         let txns: Vec<Arc<Txn>> = {
             let mut registry = lock(&self.registry);
             registry.sessions.remove(session);
-            let ids: Vec<Uuid> = registry
-                .open
-                .values()
-                .filter(|t| t.session.as_ref() == Some(session))
-                .map(|t| t.id)
-                .collect();
-            ids.iter()
-                .filter_map(|id| {
-                    let txn = registry.open.remove(id)?;
-                    registry
-                        .finished
-                        .insert(*id, (Outcome::Ending, Instant::now()));
-                    Some(txn)
-                })
-                .collect()
+            registry.take_open(|t| t.session.as_ref() == Some(session))
         };
         self.metrics.set_transactions_open(self.open_count());
         for txn in txns {
@@ -539,22 +545,8 @@ impl Transactions {
     async fn reap(&self) {
         let expired: Vec<Arc<Txn>> = {
             let mut registry = lock(&self.registry);
-            let ids: Vec<Uuid> = registry
-                .open
-                .values()
-                .filter(|t| t.idle_for() >= self.timeout && t.state.try_lock().is_ok())
-                .map(|t| t.id)
-                .collect();
-            let expired = ids
-                .iter()
-                .filter_map(|id| {
-                    let txn = registry.open.remove(id)?;
-                    registry
-                        .finished
-                        .insert(*id, (Outcome::Ending, Instant::now()));
-                    Some(txn)
-                })
-                .collect();
+            let expired =
+                registry.take_open(|t| t.idle_for() >= self.timeout && t.state.try_lock().is_ok());
             let keep = FINISHED_RETENTION.max(self.timeout);
             registry
                 .finished
