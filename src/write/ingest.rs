@@ -9,9 +9,9 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use super::WriteError;
-use super::append::stage_append;
 use super::encode::{EncodedFile, WriteProps, encode_groups};
-use crate::catalog::{CommitTarget, RedbCatalog};
+use super::evolve::commit_append;
+use crate::catalog::RedbCatalog;
 
 /// What an ingest made visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -233,15 +233,7 @@ pub async fn commit_files_with(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Table, WriteError> {
-    let target = CommitTarget::data(table);
-    let (files, properties) = (&data_files, &properties);
-    catalog
-        .commit_one(&target, move |current| {
-            let (files, properties) = (files.clone(), properties.clone());
-            Box::pin(async move { stage_append(&current, files, properties).await })
-        })
-        .await
-        .map_err(|e| WriteError::catalog(table.identifier(), e))
+    commit_append(catalog, table, None, data_files, properties).await
 }
 
 /// Encodes every group on all cores, writes the files, and commits them all as ONE
