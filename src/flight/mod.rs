@@ -1,5 +1,8 @@
-//! The Arrow Flight service: streaming put, read back, and the Flight SQL subset for
-//! ingest and transactions (Lane 2).
+//! The Arrow Flight service: the state every RPC shares ([`Service`]) and the RPC
+//! dispatch ([`SkadeFlight`]) over streaming put (`put.rs`, Lane 1), read back
+//! (`read.rs`), the Flight SQL subset for ingest and transactions (`sql.rs`, `txn.rs`,
+//! Lane 2), exactly-once writer ids and sequences (`exactly_once.rs`), table names on the
+//! wire ([`names`]) and the decoding both ingest lanes share (`decode.rs`).
 
 mod decode;
 mod exactly_once;

@@ -4,8 +4,11 @@
 //! deadline, and the acks. Batches go to a [`Batcher`], which conforms them, holds their
 //! bytes against the server-wide memory budget (backpressure) and fills data files of
 //! about `--target-file-size`, whose row groups encode on all cores as they fill; each
-//! full file goes to `write::ingest_pipelined_overlap_stream`, which finishes and writes
-//! it while its committer, beside the writer, commits every `--files-per-commit` files.
+//! full file goes to `write::ingest_pipelined_overlap_stream_evolving`, which finishes
+//! and writes it while its committer, beside the writer, commits every
+//! `--files-per-commit` files (the first commit also evolving the table's schema when the
+//! stream's schema asks for it and the table opted in). The stream is decoded by
+//! [`super::decode::Batches`].
 //! When rows have waited `--commit-interval` the open file is cut and a commit is forced,
 //! so a slow stream becomes visible within the interval.
 //!

@@ -4,7 +4,8 @@
 //! A transaction holds, per table, data files already encoded and written (so memory stays
 //! bounded) and not yet visible. `EndTransaction(COMMIT)` makes every table's files ONE
 //! snapshot of that table, all tables in ONE redb write transaction
-//! ([`write::commit_staged`]); rollback, the idle timeout, a failed ingest or `CloseSession`
+//! ([`write::commit_staged_with`], which each table's `Staged::part` is handed to);
+//! rollback, the idle timeout, a failed ingest or `CloseSession`
 //! make nothing visible and delete the staged files (best effort).
 //!
 //! Ids are random UUIDv4 bytes. The ADBC driver never sends its transaction id with an

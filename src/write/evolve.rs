@@ -16,7 +16,11 @@
 //! The evolved schema is what the stream's batches are conformed to and its data files
 //! written with; the stream's first commit carries `AddSchema` + `SetCurrentSchema`
 //! together with its append, in ONE catalog commit (one redb transaction), required
-//! to apply on the schema the stream started from ([`stage_evolving_append`]).
+//! to apply on the schema it was planned on ([`stage_evolving_append`]) — rebased onto
+//! the table's current schema first when that moved since and the change still fits it
+//! ([`rebase`]). `commit_append` is the one-table append through the catalog's commit
+//! driver, with such a change ([`commit_evolving`]) or without one
+//! ([`super::ingest::commit_files_with`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;

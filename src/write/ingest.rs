@@ -1,5 +1,7 @@
-//! The primitives every lane shares (encode off the runtime, file names and writes, a
-//! one-table append commit through the catalog's driver) and the single-commit lanes.
+//! The primitives every lane shares (the ingest counts [`IngestStats`], encode off the
+//! runtime, file names and writes, the one-table append commit [`commit_files`], which
+//! runs `evolve::commit_append` through the catalog's commit driver) and the
+//! single-commit lanes ([`ingest_parallel`], [`append`]).
 
 use std::collections::HashMap;
 

@@ -4,8 +4,9 @@
 //! - [`encode_pipelined`]: the shared all-core encode; results in submission order.
 //! - [`ingest_pipelined`]: encode → write (≤ `channel_depth` writes in flight) → a serial
 //!   commit loop. The proven baseline.
-//! - [`ingest_pipelined_overlap_stream`] (what Lane 1's `DoPut` runs) and its
-//!   collected-groups wrapper [`ingest_pipelined_overlap`]: the same files, grouping and
+//! - [`ingest_pipelined_overlap_stream`], its form whose first commit also evolves the
+//!   schema [`ingest_pipelined_overlap_stream_evolving`] (what Lane 1's `DoPut` runs), and
+//!   their collected-groups wrapper [`ingest_pipelined_overlap`]: the same files, grouping and
 //!   snapshots, but the committer runs *beside* the writer: it consumes written files, in
 //!   submission order, from a bounded channel while later files are still being encoded
 //!   and written, so each commit's fsync overlaps the next files' writes (§f1).
