@@ -11,8 +11,8 @@ use arrow_flight::decode::{DecodedPayload, FlightDataDecoder};
 use arrow_flight::error::FlightError;
 use arrow_schema::SchemaRef;
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use tonic::{Code, Status};
+use futures::{Stream, StreamExt, TryStreamExt};
+use tonic::{Code, Status, Streaming};
 
 use crate::error::Error;
 
@@ -31,14 +31,36 @@ pub(crate) struct Batches {
     limit_bytes: u64,
 }
 
+/// The first message of a `DoPut`, the one whose descriptor names the target, read from
+/// `input` (whose messages may be at most `limit_bytes` long).
+///
+/// # Errors
+/// [`Error::BadRequest`] for a stream with no message; [`flight_error`]'s mapping of a
+/// transport failure.
+pub(crate) async fn first_message(
+    input: &mut Streaming<FlightData>,
+    limit_bytes: u64,
+) -> Result<FlightData, Error> {
+    match input.message().await {
+        Ok(Some(first)) => Ok(first),
+        Ok(None) => Err(Error::BadRequest {
+            reason: "empty DoPut stream: the first message must carry a descriptor".to_string(),
+        }),
+        Err(status) => Err(flight_error(
+            FlightError::Tonic(Box::new(status)),
+            limit_bytes,
+        )),
+    }
+}
+
 impl Batches {
-    /// The batches of `data`, a `DoPut`'s Flight messages (the first one's descriptor
-    /// already read), whose messages may be at most `limit_bytes` long
-    /// (`--max-message-size`).
-    pub(crate) fn new(
-        data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
-        limit_bytes: u64,
-    ) -> Self {
+    /// The batches of a `DoPut`: its `first` message (from [`first_message`]; it may
+    /// carry the schema or a batch too) and the rest of `input`, whose messages may be at
+    /// most `limit_bytes` long (`--max-message-size`).
+    pub(crate) fn new(first: FlightData, input: Streaming<FlightData>, limit_bytes: u64) -> Self {
+        let data = futures::stream::once(async move { Ok(first) })
+            .chain(input)
+            .map_err(|status| FlightError::Tonic(Box::new(status)));
         Self {
             data: FlightDataDecoder::new(data),
             limit_bytes,

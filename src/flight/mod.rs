@@ -15,7 +15,6 @@ pub mod txn;
 
 use std::sync::Arc;
 
-use arrow_flight::error::FlightError;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::Command;
@@ -23,7 +22,6 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
-use futures::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -355,22 +353,11 @@ impl FlightService for SkadeFlight {
         // Exactly-once headers: a writer id on a streaming put, writer id + sequence on a
         // Flight SQL ingest; each lane reads its own below.
         let headers = request.metadata().clone();
+        let limit = self.svc.config.max_message_size;
         let mut input = request.into_inner();
-        let first = match input.message().await {
-            Ok(Some(first)) => first,
-            Ok(None) => {
-                return Err(self.fail(Error::BadRequest {
-                    reason: "empty DoPut stream: the first message must carry a descriptor"
-                        .to_string(),
-                }));
-            }
-            Err(status) => {
-                return Err(self.fail(decode::flight_error(
-                    FlightError::Tonic(Box::new(status)),
-                    self.svc.config.max_message_size,
-                )));
-            }
-        };
+        let first = decode::first_message(&mut input, limit)
+            .await
+            .map_err(|e| self.fail(e))?;
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
         let command = if is_cmd(&descriptor) {
             Some(sql::command(&descriptor.cmd).map_err(|e| self.fail(e))?)
@@ -381,10 +368,7 @@ impl FlightService for SkadeFlight {
             Some(_) => None,
             None => Some(path_table(&descriptor).map_err(|e| self.fail(e))?),
         };
-        let data = futures::stream::once(async move { Ok(first) })
-            .chain(input)
-            .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches = Batches::new(data, self.svc.config.max_message_size);
+        let batches = Batches::new(first, input, limit);
         let Some(ident) = ident else {
             // Lane 2: Flight SQL bulk ingest.
             let Some(Command::CommandStatementIngest(cmd)) = command else {
