@@ -125,6 +125,17 @@ impl SkadeFlight {
         status
     }
 
+    /// `GetFlightInfo` (and `GetSchema`, which answers its schema) on `descriptor`: a
+    /// Flight SQL command's info, or a table's for a `PATH` descriptor.
+    async fn flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo, Status> {
+        if is_cmd(descriptor) {
+            return sql::flight_info(&self.svc, descriptor).map_err(reject);
+        }
+        let ident = path_table(descriptor).map_err(reject)?;
+        auth::record("table", &ident);
+        read::flight_info(&self.svc, &ident).await.map_err(reject)
+    }
+
     /// A permit for one more DoPut stream.
     fn stream_permit(&self) -> Result<OwnedSemaphorePermit, Status> {
         self.svc.streams.clone().try_acquire_owned().map_err(|_| {
@@ -292,13 +303,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        if is_cmd(request.get_ref()) {
-            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
-            return Ok(Response::new(info));
-        }
-        let ident = path_table(request.get_ref()).map_err(reject)?;
-        auth::record("table", &ident);
-        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
+        let info = self.flight_info(request.get_ref()).await?;
         Ok(Response::new(info))
     }
 
@@ -313,15 +318,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        if is_cmd(request.get_ref()) {
-            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
-            return Ok(Response::new(SchemaResult {
-                schema: info.schema,
-            }));
-        }
-        let ident = path_table(request.get_ref()).map_err(reject)?;
-        auth::record("table", &ident);
-        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
+        let info = self.flight_info(request.get_ref()).await?;
         Ok(Response::new(SchemaResult {
             schema: info.schema,
         }))
