@@ -195,7 +195,7 @@ pub async fn write_file(
 }
 
 /// Commits `data_files` to `table` as one append (one snapshot, one catalog commit): a
-/// merge append ([`stage_append`]) through the catalog's commit driver
+/// merge append ([`super::append::stage_append`]) through the catalog's commit driver
 /// ([`RedbCatalog::commit`]: the table's commit turn, the table as it stands, its
 /// conflict policy). Commits to *other* tables running at the same time share the
 /// catalog's warehouse sync and redb transaction (group commit); this returns only once
