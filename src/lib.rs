@@ -14,17 +14,12 @@ pub mod logging;
 pub mod maintenance;
 pub mod memory;
 pub mod metrics;
+pub mod proto;
 pub mod read;
 pub mod rest;
 pub mod storage;
 pub mod tls;
 pub mod write;
-
-/// skade's own protobuf messages (`proto/skade/v1/skade.proto`).
-#[allow(missing_docs, unreachable_pub)]
-pub mod proto {
-    include!(concat!(env!("OUT_DIR"), "/skade.v1.rs"));
-}
 
 use std::future::Future;
 use std::net::SocketAddr;

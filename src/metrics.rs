@@ -400,18 +400,18 @@ impl MaintenanceFamily {
 }
 
 fn object_store_family(r: &Registrar<'_>) -> ObjectStoreMetrics {
-    ObjectStoreMetrics {
-        requests: r.counter_vec(
+    ObjectStoreMetrics::new(
+        r.counter_vec(
             OBJECT_STORE_REQUESTS_TOTAL,
             "Object-store operations of an S3 warehouse.",
             "op",
         ),
-        errors: r.counter_vec(
+        r.counter_vec(
             OBJECT_STORE_ERRORS_TOTAL,
             "Failed object-store operations of an S3 warehouse.",
             "op",
         ),
-        duration: r.histogram_vec(
+        r.histogram_vec(
             OBJECT_STORE_REQUEST_DURATION_SECONDS,
             "Seconds of one object-store operation.",
             "op",
@@ -419,7 +419,7 @@ fn object_store_family(r: &Registrar<'_>) -> ObjectStoreMetrics {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ],
         ),
-    }
+    )
 }
 
 /// Reads one of a catalog's counts.

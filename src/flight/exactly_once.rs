@@ -175,8 +175,8 @@ mod tests {
         assert!(fresh.admit(b"").is_err());
     }
 
-    /// `u64::MAX` is the last usable sequence: it is taken, and any batch after it (the
-    /// issue's `1`, or `u64::MAX` again) is refused naming the limit. Catches the
+    /// `u64::MAX` is the last usable sequence: it is taken, and any batch after it (`1`,
+    /// or `u64::MAX` again) is refused naming the limit. Catches the
     /// overflowed expectation that let `1` through and moved the mark back.
     #[test]
     fn nothing_follows_the_last_sequence() {

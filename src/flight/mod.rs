@@ -1,6 +1,10 @@
-//! The Arrow Flight service: streaming put, read back, and the Flight SQL subset for
-//! ingest and transactions (Lane 2).
+//! The Arrow Flight service: the state every RPC shares ([`Service`]) and the RPC
+//! dispatch ([`SkadeFlight`]) over streaming put (`put.rs`, Lane 1), read back
+//! (`read.rs`), the Flight SQL subset for ingest and transactions (`sql.rs`, `txn.rs`,
+//! Lane 2), exactly-once writer ids and sequences (`exactly_once.rs`), table names on the
+//! wire ([`names`]) and the decoding both ingest lanes share (`decode.rs`).
 
+mod decode;
 mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
 pub mod names;
@@ -9,11 +13,8 @@ mod read;
 mod sql;
 pub mod txn;
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
-use arrow_flight::error::FlightError;
 use arrow_flight::flight_descriptor::DescriptorType;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::sql::Command;
@@ -21,7 +22,6 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
-use futures::{Stream, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -36,6 +36,7 @@ use crate::config::IngestConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::write::MemoryBudget;
+use decode::{Batches, BoxStream};
 
 /// What every RPC shares: the catalog, the metrics and the ingest settings.
 #[derive(Debug)]
@@ -124,6 +125,17 @@ impl SkadeFlight {
         status
     }
 
+    /// `GetFlightInfo` (and `GetSchema`, which answers its schema) on `descriptor`: a
+    /// Flight SQL command's info, or a table's for a `PATH` descriptor.
+    async fn flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo, Status> {
+        if is_cmd(descriptor) {
+            return sql::flight_info(&self.svc, descriptor).map_err(reject);
+        }
+        let ident = path_table(descriptor).map_err(reject)?;
+        auth::record("table", &ident);
+        read::flight_info(&self.svc, &ident).await.map_err(reject)
+    }
+
     /// A permit for one more DoPut stream.
     fn stream_permit(&self) -> Result<OwnedSemaphorePermit, Status> {
         self.svc.streams.clone().try_acquire_owned().map_err(|_| {
@@ -190,8 +202,6 @@ pub(crate) fn code_name(code: Code) -> &'static str {
     }
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
 /// How long `Handshake` waits for a first request whose payload may carry the token.
 const HANDSHAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -221,7 +231,6 @@ fn is_cmd(descriptor: &FlightDescriptor) -> bool {
     DescriptorType::try_from(descriptor.r#type) == Ok(DescriptorType::Cmd)
 }
 
-/// Decrements the open-streams gauge when a put ends, however it ends.
 #[tonic::async_trait]
 impl FlightService for SkadeFlight {
     type HandshakeStream = BoxStream<HandshakeResponse>;
@@ -294,13 +303,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        if is_cmd(request.get_ref()) {
-            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
-            return Ok(Response::new(info));
-        }
-        let ident = path_table(request.get_ref()).map_err(reject)?;
-        auth::record("table", &ident);
-        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
+        let info = self.flight_info(request.get_ref()).await?;
         Ok(Response::new(info))
     }
 
@@ -315,15 +318,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        if is_cmd(request.get_ref()) {
-            let info = sql::flight_info(&self.svc, request.get_ref()).map_err(reject)?;
-            return Ok(Response::new(SchemaResult {
-                schema: info.schema,
-            }));
-        }
-        let ident = path_table(request.get_ref()).map_err(reject)?;
-        auth::record("table", &ident);
-        let info = read::flight_info(&self.svc, &ident).await.map_err(reject)?;
+        let info = self.flight_info(request.get_ref()).await?;
         Ok(Response::new(SchemaResult {
             schema: info.schema,
         }))
@@ -355,22 +350,11 @@ impl FlightService for SkadeFlight {
         // Exactly-once headers: a writer id on a streaming put, writer id + sequence on a
         // Flight SQL ingest; each lane reads its own below.
         let headers = request.metadata().clone();
+        let limit = self.svc.config.max_message_size;
         let mut input = request.into_inner();
-        let first = match input.message().await {
-            Ok(Some(first)) => first,
-            Ok(None) => {
-                return Err(self.fail(Error::BadRequest {
-                    reason: "empty DoPut stream: the first message must carry a descriptor"
-                        .to_string(),
-                }));
-            }
-            Err(status) => {
-                return Err(self.fail(put::flight_error(
-                    FlightError::Tonic(Box::new(status)),
-                    self.svc.config.max_message_size,
-                )));
-            }
-        };
+        let first = decode::first_message(&mut input, limit)
+            .await
+            .map_err(|e| self.fail(e))?;
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
         let command = if is_cmd(&descriptor) {
             Some(sql::command(&descriptor.cmd).map_err(|e| self.fail(e))?)
@@ -381,10 +365,7 @@ impl FlightService for SkadeFlight {
             Some(_) => None,
             None => Some(path_table(&descriptor).map_err(|e| self.fail(e))?),
         };
-        let data = futures::stream::once(async move { Ok(first) })
-            .chain(input)
-            .map_err(|status| FlightError::Tonic(Box::new(status)));
-        let batches = FlightRecordBatchStream::new_from_flight_data(data);
+        let batches = Batches::new(first, input, limit);
         let Some(ident) = ident else {
             // Lane 2: Flight SQL bulk ingest.
             let Some(Command::CommandStatementIngest(cmd)) = command else {

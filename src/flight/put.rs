@@ -4,8 +4,11 @@
 //! deadline, and the acks. Batches go to a [`Batcher`], which conforms them, holds their
 //! bytes against the server-wide memory budget (backpressure) and fills data files of
 //! about `--target-file-size`, whose row groups encode on all cores as they fill; each
-//! full file goes to `write::ingest_pipelined_overlap_stream`, which finishes and writes
-//! it while its committer, beside the writer, commits every `--files-per-commit` files.
+//! full file goes to `write::ingest_pipelined_overlap_stream_evolving`, which finishes
+//! and writes it while its committer, beside the writer, commits every
+//! `--files-per-commit` files (the first commit also evolving the table's schema when the
+//! stream's schema asks for it and the table opted in). The stream is decoded by
+//! [`super::decode::Batches`].
 //! When rows have waited `--commit-interval` the open file is cut and a commit is forced,
 //! so a slow stream becomes visible within the interval.
 //!
@@ -15,19 +18,16 @@
 
 use arrow_array::RecordBatch;
 use arrow_flight::PutResult;
-use arrow_flight::decode::{DecodedPayload, FlightDataDecoder, FlightRecordBatchStream};
-use arrow_flight::error::FlightError;
-use bytes::Bytes;
-use futures::StreamExt;
 use iceberg::{Catalog, TableIdent};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::{Instant as Deadline, sleep_until};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::{debug, info};
 
 use super::Service;
+use super::decode::{Batch, Batches};
 use super::exactly_once::{Admit, Sequencer};
 use crate::catalog::marks::WriterMark;
 use crate::error::Error;
@@ -57,22 +57,11 @@ pub(crate) type AckSender = mpsc::UnboundedSender<Result<PutResult, Status>>;
 pub(crate) async fn run(
     svc: &Service,
     ident: TableIdent,
-    batches: FlightRecordBatchStream,
+    mut data: Batches,
     writer: Option<String>,
     acks: AckSender,
 ) -> Result<IngestStats, Error> {
-    let limit = svc.config.max_message_size;
-    let mut data = batches.into_inner();
-    let first = next_batch(&mut data, limit).await?;
-    let schema = match (&first, data.schema()) {
-        (Some((batch, _)), _) => batch.schema(),
-        (None, Some(schema)) => schema.clone(),
-        (None, None) => {
-            return Err(Error::BadRequest {
-                reason: "the DoPut stream carried no schema".to_string(),
-            });
-        }
-    };
+    let (schema, first) = data.first("DoPut stream").await?;
     let (table, created) = open_table(svc, &ident, &schema, first.as_ref().map(|(b, _)| b)).await?;
     let created_at = created
         .then(|| table.metadata_location().map(str::to_string))
@@ -109,12 +98,11 @@ async fn append(
     ident: &TableIdent,
     table: iceberg::table::Table,
     schema: &arrow_schema::SchemaRef,
-    data: FlightDataDecoder,
-    first: Option<(RecordBatch, Bytes)>,
+    data: Batches,
+    first: Option<Batch>,
     writer: Option<String>,
     acks: AckSender,
 ) -> Result<IngestStats, Error> {
-    let limit = svc.config.max_message_size;
     let change = write::evolve::plan(&table, table.metadata().current_schema(), schema)?;
     let sequencer = sequencer_for(svc, writer, ident).await?;
     let start_mark = sequencer.as_ref().and_then(Sequencer::mark);
@@ -122,7 +110,7 @@ async fn append(
     let depth = svc.config.channel_depth.get();
     let (segments, segment_rx) = mpsc::channel::<Result<Segment, WriteError>>(depth);
     let intake = Intake::new(svc, &table, change.as_ref(), sequencer, segments)?;
-    let read = intake.run(svc, data, first, limit);
+    let read = intake.run(svc, data, first);
 
     let props = WriteProps {
         channel_depth: depth,
@@ -325,9 +313,8 @@ impl Intake {
     async fn run(
         mut self,
         svc: &Service,
-        mut data: FlightDataDecoder,
-        first: Option<(RecordBatch, Bytes)>,
-        limit: u64,
+        mut data: Batches,
+        first: Option<Batch>,
     ) -> Result<(bool, u64), Error> {
         if let Some((batch, metadata)) = first {
             self.take(&batch, &metadata).await?;
@@ -340,7 +327,7 @@ impl Intake {
                     stopped = true;
                     break;
                 }
-                next = next_batch(&mut data, limit) => match next? {
+                next = data.next() => match next? {
                     Some((batch, metadata)) => self.take(&batch, &metadata).await?,
                     None => break,
                 },
@@ -377,36 +364,6 @@ impl Intake {
     }
 }
 
-/// The next record batch of the stream and its `app_metadata`; `None` at the end. A
-/// stream keeps one schema: a second Schema message is an error, as arrow-flight's own
-/// `FlightRecordBatchStream` makes it.
-async fn next_batch(
-    data: &mut FlightDataDecoder,
-    limit: u64,
-) -> Result<Option<(RecordBatch, Bytes)>, Error> {
-    loop {
-        let had_schema = data.schema().is_some();
-        let Some(item) = data.next().await else {
-            return Ok(None);
-        };
-        let item = item.map_err(|e| flight_error(e, limit))?;
-        match item.payload {
-            DecodedPayload::RecordBatch(batch) => {
-                return Ok(Some((batch, item.inner.app_metadata)));
-            }
-            DecodedPayload::Schema(_) if had_schema => {
-                return Err(flight_error(
-                    FlightError::protocol(
-                        "Unexpectedly saw multiple Schema messages in FlightData stream",
-                    ),
-                    limit,
-                ));
-            }
-            DecodedPayload::Schema(_) | DecodedPayload::None => {}
-        }
-    }
-}
-
 fn ack(
     table: &str,
     snapshot_id: i64,
@@ -425,31 +382,5 @@ fn ack(
     };
     PutResult {
         app_metadata: ack.encode_to_vec().into(),
-    }
-}
-
-/// Maps a decode-side Flight error to skade's error: a message over the size limit
-/// becomes [`Error::MessageTooLarge`] naming the limit; a client that left becomes
-/// [`Error::ClientGone`] (with 0 rows: the caller fills in what it committed).
-pub(crate) fn flight_error(e: FlightError, limit_bytes: u64) -> Error {
-    match e {
-        FlightError::Tonic(status)
-            if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) =>
-        {
-            Error::MessageTooLarge {
-                limit_bytes,
-                detail: status.message().to_string(),
-            }
-        }
-        FlightError::Tonic(status) => match crate::error::client_ending(&status) {
-            Some(reason) => Error::ClientGone {
-                reason,
-                committed_rows: 0,
-            },
-            None => Error::Transport(status),
-        },
-        other => Error::Decode {
-            reason: other.to_string(),
-        },
     }
 }

@@ -1,22 +1,16 @@
 //! Read back: `GetFlightInfo`, `DoGet` and `ListFlights` over the committed tables.
 
-use std::pin::Pin;
-
-use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::error::FlightError;
-use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
-use futures::{Stream, StreamExt, TryStreamExt};
-use iceberg::table::Table;
-use iceberg::{Catalog, TableIdent};
-use tonic::Status;
-
 use super::Service;
+use super::decode::BoxStream;
 use super::names;
 use crate::error::Error;
 use crate::write;
-
-/// A stream of Flight data or a status.
-pub(crate) type DataStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send>>;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, Ticket};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::table::Table;
+use iceberg::{Catalog, TableIdent};
 
 /// The `FlightInfo` of `ident`: its Arrow schema, row count and Parquet bytes at the
 /// current snapshot (from the snapshot summary's `total-records` / `total-files-size`),
@@ -61,7 +55,10 @@ fn info_of(table: &Table) -> Result<FlightInfo, Error> {
 ///
 /// # Errors
 /// `NotFound` for an unknown table; errors while scanning end the stream with a status.
-pub(crate) async fn do_get(svc: &Service, ident: &TableIdent) -> Result<DataStream, Error> {
+pub(crate) async fn do_get(
+    svc: &Service,
+    ident: &TableIdent,
+) -> Result<BoxStream<FlightData>, Error> {
     let table = load(svc, ident).await?;
     let schema = write::table_arrow_schema(&table)?;
     let catalog_err = |source: iceberg::Error| Error::catalog(ident, source);
@@ -115,8 +112,6 @@ async fn load(svc: &Service, ident: &TableIdent) -> Result<Table, Error> {
 }
 
 /// Boxes a ready-made stream of Flight infos.
-pub(crate) fn info_stream(
-    infos: Vec<FlightInfo>,
-) -> Pin<Box<dyn Stream<Item = Result<FlightInfo, Status>> + Send>> {
+pub(crate) fn info_stream(infos: Vec<FlightInfo>) -> BoxStream<FlightInfo> {
     Box::pin(futures::stream::iter(infos.into_iter().map(Ok)).boxed())
 }

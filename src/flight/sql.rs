@@ -10,10 +10,8 @@
 //! — when the stream ends, as one snapshot. A table that does not exist is created by that
 //! same commit, so a rolled back transaction leaves no empty table behind.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::{
@@ -21,24 +19,27 @@ use arrow_flight::sql::{
     Command, CommandGetSqlInfo, CommandStatementIngest, DoPutUpdateResult, EndTransaction,
     ProstMessageExt, SqlInfo, SqlSupportedTransaction, TableExistsOption, TableNotExistOption,
 };
-use arrow_flight::{Action, ActionType, FlightDescriptor, FlightEndpoint, FlightInfo, PutResult};
+use arrow_flight::{
+    Action, ActionType, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, PutResult,
+};
 use arrow_flight::{Result as ActionResult, Ticket};
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use prost::Message;
 use tokio::sync::OwnedSemaphorePermit;
-use tonic::{Request, Status};
+use tonic::Request;
 use tracing::{Instrument, Span, debug, info};
 
+use super::Service;
+use super::decode::{Batches, BoxStream};
 use super::exactly_once::TxnKey;
 use super::names;
 use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
-use super::{Service, read::DataStream};
 use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::storage::file_store::FileStore;
-use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles};
+use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles, StagedTable};
 
 /// The Flight SQL action that opens a transaction.
 pub(crate) const BEGIN_TRANSACTION: &str = "BeginTransaction";
@@ -55,8 +56,6 @@ struct CloseSessionResult {
     #[prost(int32, tag = "1")]
     status: i32,
 }
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// The session a request belongs to: the [`SESSION_HEADER`] header when set, else the
 /// client's connection (peer address); `None` when neither is known.
@@ -159,14 +158,14 @@ pub(crate) fn flight_info(
 ///
 /// # Errors
 /// As [`flight_info`].
-pub(crate) fn do_get(svc: &Service, ticket: &[u8]) -> Result<DataStream, Error> {
+pub(crate) fn do_get(svc: &Service, ticket: &[u8]) -> Result<BoxStream<FlightData>, Error> {
     match command(ticket)? {
         Command::CommandGetSqlInfo(cmd) => get_sql_info(svc, cmd),
         other => Err(unsupported_command(&other)),
     }
 }
 
-fn get_sql_info(svc: &Service, cmd: CommandGetSqlInfo) -> Result<DataStream, Error> {
+fn get_sql_info(svc: &Service, cmd: CommandGetSqlInfo) -> Result<BoxStream<FlightData>, Error> {
     debug!(info = ?cmd.info, "GetSqlInfo");
     let data = sql_info(svc)?;
     let batch = cmd
@@ -374,7 +373,7 @@ pub(crate) async fn do_put(
     svc: Arc<Service>,
     session: Option<SessionKey>,
     cmd: CommandStatementIngest,
-    batches: FlightRecordBatchStream,
+    batches: Batches,
     key: Option<TxnKey>,
     permit: (OwnedSemaphorePermit, crate::catalog::WritePin),
 ) -> Result<PutResult, Error> {
@@ -404,7 +403,7 @@ async fn ingest(
     svc: &Service,
     session: Option<SessionKey>,
     cmd: CommandStatementIngest,
-    batches: FlightRecordBatchStream,
+    batches: Batches,
     key: Option<&TxnKey>,
 ) -> Result<u64, Error> {
     let (ident, definition) = ingest_target(&cmd)?;
@@ -463,24 +462,10 @@ async fn stream_into(
     state: &mut TxnState,
     ident: &TableIdent,
     definition: Definition,
-    mut batches: FlightRecordBatchStream,
+    mut batches: Batches,
     txn: Option<&super::txn::Txn>,
 ) -> Result<u64, Error> {
-    let limit = svc.config.max_message_size;
-    let mut next = batches
-        .next()
-        .await
-        .transpose()
-        .map_err(|e| super::put::flight_error(e, limit))?;
-    let schema = match (&next, batches.schema()) {
-        (Some(batch), _) => batch.schema(),
-        (None, Some(schema)) => schema.clone(),
-        (None, None) => {
-            return Err(Error::BadRequest {
-                reason: "the ingest stream carries no Arrow schema".to_string(),
-            });
-        }
-    };
+    let (schema, mut next) = batches.first("ingest stream").await?;
     resolve(svc, state, ident, definition, &schema).await?;
     let name = ident.to_string();
     let limits = BatchLimits {
@@ -489,21 +474,22 @@ async fn stream_into(
         commit_interval: None,
     };
     let staged = staged_mut(state, ident)?;
-    let mut batcher = match &staged.schema_change {
-        Some(change) => Batcher::with_schema(&staged.table, change.schema.clone(), limits)?,
-        None => Batcher::new(&staged.table, limits)?,
+    let part = &mut staged.part;
+    let mut batcher = match &part.schema_change {
+        Some(change) => Batcher::with_schema(&part.table, change.schema.clone(), limits)?,
+        None => Batcher::new(&part.table, limits)?,
     };
     let mut sink = StageFiles {
-        table: &staged.table,
+        table: &part.table,
         names: &mut staged.names,
-        files: &mut staged.files,
+        files: &mut part.data_files,
     };
     let mut rows = 0u64;
     loop {
         let batch = match next.take() {
-            Some(batch) => batch,
-            None => match batches.next().await {
-                Some(batch) => batch.map_err(|e| super::put::flight_error(e, limit))?,
+            Some((batch, _)) => batch,
+            None => match batches.next().await? {
+                Some((batch, _)) => batch,
                 None => break,
             },
         };
@@ -543,7 +529,7 @@ async fn resolve(
             ),
         )
     };
-    if let Some(staged) = state.table_mut(ident) {
+    if let Some(Staged { part: staged, .. }) = state.table_mut(ident) {
         if definition.fail_if_exists {
             return Err(exists(" (written earlier in this transaction)"));
         }
@@ -601,11 +587,13 @@ async fn resolve(
         write::evolve::plan(&table, table.metadata().current_schema(), schema)?
     };
     state.tables.push(Staged {
-        table,
-        create,
+        part: StagedTable {
+            table,
+            create,
+            data_files: Vec::new(),
+            schema_change,
+        },
         names: FileNames::new(),
-        files: Vec::new(),
-        schema_change,
         store: FileStore::of(svc.catalog.warehouse()),
     });
     Ok(())

@@ -4,7 +4,8 @@
 //! A transaction holds, per table, data files already encoded and written (so memory stays
 //! bounded) and not yet visible. `EndTransaction(COMMIT)` makes every table's files ONE
 //! snapshot of that table, all tables in ONE redb write transaction
-//! ([`write::commit_staged`]); rollback, the idle timeout, a failed ingest or `CloseSession`
+//! ([`write::commit_staged_with`], which each table's `Staged::part` is handed to);
+//! rollback, the idle timeout, a failed ingest or `CloseSession`
 //! make nothing visible and delete the staged files (best effort).
 //!
 //! Ids are random UUIDv4 bytes. The ADBC driver never sends its transaction id with an
@@ -19,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use iceberg::TableIdent;
-use iceberg::spec::DataFile;
 use iceberg::table::Table;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -86,20 +86,17 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// One table's part of a transaction.
+/// One table's part of a transaction: what its commit takes, and what the transaction
+/// needs of the table until then.
 #[derive(Debug)]
 pub(crate) struct Staged {
-    /// The table's base handle, or its planned handle when `create` is set.
-    pub(crate) table: Table,
-    /// Whether the commit creates the table.
-    pub(crate) create: bool,
+    /// What the commit takes ([`write::commit_staged_with`]): the table's base handle (its
+    /// planned handle when the commit creates it), the files written and not yet visible
+    /// in write order, and the schema this transaction's ingests evolved the table to
+    /// (committed with the files), when the table opted in.
+    pub(crate) part: StagedTable,
     /// Names the transaction's files of this table in write order.
     pub(crate) names: FileNames,
-    /// Files written and not yet visible.
-    pub(crate) files: Vec<DataFile>,
-    /// The schema this transaction's ingests evolved the table to (committed with the
-    /// files), when the table opted in.
-    pub(crate) schema_change: Option<write::SchemaChange>,
     /// Where the table's files are stored (what a discard removes them through).
     pub(crate) store: FileStore,
 }
@@ -118,26 +115,26 @@ impl TxnState {
     pub(crate) fn table_mut(&mut self, ident: &TableIdent) -> Option<&mut Staged> {
         self.tables
             .iter_mut()
-            .find(|s| s.table.identifier() == ident)
+            .find(|s| s.part.table.identifier() == ident)
     }
 
     /// Deletes every staged data file (best effort, through the table's storage: the
     /// filesystem or the object store) and forgets them.
     pub(crate) async fn discard(&mut self) {
         for staged in self.tables.drain(..) {
-            let store = &staged.store;
-            let paths: Vec<_> = staged
-                .files
+            let (part, store) = (&staged.part, &staged.store);
+            let paths: Vec<_> = part
+                .data_files
                 .iter()
                 .filter_map(|file| store.path_of(file.file_path()))
                 .collect();
             if let Err(e) = store.remove(paths).await {
-                warn!(table = %staged.table.identifier(), error = %e, "cannot delete staged data files");
+                warn!(table = %part.table.identifier(), error = %e, "cannot delete staged data files");
             }
-            if staged.create {
+            if part.create {
                 // A planned table owns its directories only while they are empty (an
                 // object store has none).
-                if let Some(location) = store.path_of(staged.table.metadata().location()) {
+                if let Some(location) = store.path_of(part.table.metadata().location()) {
                     store.remove_empty_dirs(vec![location]).await;
                 }
             }
@@ -147,8 +144,8 @@ impl TxnState {
     /// Whether every staged table with files already holds `key`'s sequence.
     async fn is_replay(&self, svc: &Service, key: &TxnKey) -> Result<bool, Error> {
         let mut any = false;
-        for staged in self.tables.iter().filter(|s| !s.files.is_empty()) {
-            let ident = staged.table.identifier();
+        for staged in self.tables.iter().filter(|s| !s.part.data_files.is_empty()) {
+            let ident = staged.part.table.identifier();
             let mark = svc
                 .catalog
                 .writer_mark(&key.writer, ident)
@@ -193,16 +190,8 @@ impl TxnState {
             super::exactly_once::admit_writer(svc, &key.writer).await?;
             properties = marks::summary(&key.writer, key.sequence, key.sequence);
         }
-        let staged: Vec<StagedTable> = self
-            .tables
-            .iter()
-            .map(|s| StagedTable {
-                table: s.table.clone(),
-                create: s.create,
-                data_files: s.files.clone(),
-                schema_change: s.schema_change.clone(),
-            })
-            .collect();
+        // A copy: a failed commit's files are still the transaction's to discard.
+        let staged: Vec<StagedTable> = self.tables.iter().map(|s| s.part.clone()).collect();
         let started = Instant::now();
         match write::commit_staged_with(&svc.catalog, staged, properties).await {
             Ok((tables, stats)) => {
@@ -236,11 +225,8 @@ impl TxnState {
             .tables
             .iter()
             .map(|s| {
-                let mut one = IngestStats::default();
-                if !s.files.is_empty() {
-                    one.add_commit(&s.files);
-                }
-                (s.table.identifier().to_string(), one)
+                let one = IngestStats::of_commit(&s.part.data_files);
+                (s.part.table.identifier().to_string(), one)
             })
             .collect();
         svc.metrics.record_tables_commit(lane, &per_table, seconds);
@@ -298,6 +284,29 @@ struct Registry {
     open: HashMap<Uuid, Arc<Txn>>,
     finished: HashMap<Uuid, (Outcome, Instant)>,
     sessions: HashMap<SessionKey, Uuid>,
+}
+
+impl Registry {
+    /// Takes the open transaction `id` out of the open set for ending it; later lookups
+    /// see it as ending. `None` when it is not open.
+    fn mark_ending(&mut self, id: Uuid) -> Option<Arc<Txn>> {
+        let txn = self.open.remove(&id)?;
+        self.finished.insert(id, (Outcome::Ending, Instant::now()));
+        Some(txn)
+    }
+
+    /// [`Self::mark_ending`] for every open transaction `which` selects.
+    fn take_open(&mut self, which: impl Fn(&Txn) -> bool) -> Vec<Arc<Txn>> {
+        let ids: Vec<Uuid> = self
+            .open
+            .values()
+            .filter(|t| which(t))
+            .map(|t| t.id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.mark_ending(id))
+            .collect()
+    }
 }
 
 /// Every transaction of one server.
@@ -422,10 +431,7 @@ impl Transactions {
     fn take(&self, id: Uuid) -> Result<Arc<Txn>, Error> {
         let mut registry = lock(&self.registry);
         let txn = lookup(&registry, id)?;
-        registry.open.remove(&id);
-        registry
-            .finished
-            .insert(id, (Outcome::Ending, Instant::now()));
+        registry.mark_ending(id);
         self.metrics.set_transactions_open(registry.open.len());
         Ok(txn)
     }
@@ -510,7 +516,7 @@ impl Transactions {
     async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
         let mut state = txn.state.lock().await;
         let tables = state.tables.len();
-        let files: usize = state.tables.iter().map(|s| s.files.len()).sum();
+        let files: usize = state.tables.iter().map(|s| s.part.data_files.len()).sum();
         self.finish(txn, outcome.clone());
         state.discard().await;
         if tables > 0 || outcome == Outcome::TimedOut {
@@ -525,21 +531,7 @@ impl Transactions {
         let txns: Vec<Arc<Txn>> = {
             let mut registry = lock(&self.registry);
             registry.sessions.remove(session);
-            let ids: Vec<Uuid> = registry
-                .open
-                .values()
-                .filter(|t| t.session.as_ref() == Some(session))
-                .map(|t| t.id)
-                .collect();
-            ids.iter()
-                .filter_map(|id| {
-                    let txn = registry.open.remove(id)?;
-                    registry
-                        .finished
-                        .insert(*id, (Outcome::Ending, Instant::now()));
-                    Some(txn)
-                })
-                .collect()
+            registry.take_open(|t| t.session.as_ref() == Some(session))
         };
         self.metrics.set_transactions_open(self.open_count());
         for txn in txns {
@@ -554,22 +546,8 @@ impl Transactions {
     async fn reap(&self) {
         let expired: Vec<Arc<Txn>> = {
             let mut registry = lock(&self.registry);
-            let ids: Vec<Uuid> = registry
-                .open
-                .values()
-                .filter(|t| t.idle_for() >= self.timeout && t.state.try_lock().is_ok())
-                .map(|t| t.id)
-                .collect();
-            let expired = ids
-                .iter()
-                .filter_map(|id| {
-                    let txn = registry.open.remove(id)?;
-                    registry
-                        .finished
-                        .insert(*id, (Outcome::Ending, Instant::now()));
-                    Some(txn)
-                })
-                .collect();
+            let expired =
+                registry.take_open(|t| t.idle_for() >= self.timeout && t.state.try_lock().is_ok());
             let keep = FINISHED_RETENTION.max(self.timeout);
             registry
                 .finished

@@ -14,15 +14,13 @@
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{
-    Array, ArrayRef, ListArray, MapArray, RecordBatch, RecordBatchOptions, StructArray,
-    new_null_array,
-};
+use arrow_array::{Array, ArrayRef, RecordBatch, RecordBatchOptions, StructArray, new_null_array};
 use arrow_cast::{CastOptions, cast_with_options};
 use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef};
 use iceberg::spec::Schema;
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 
+use crate::write::conform::{rebuild_list, rebuild_map};
 use crate::write::defaults::{FieldDefault, default_column};
 use crate::write::types::{ColumnError, child_path};
 
@@ -142,17 +140,8 @@ impl Projection<'_> {
                 };
                 let keys = self.value(&child_path(path, "key"), source.keys(), &kv[0])?;
                 let values = self.value(&child_path(path, "value"), source.values(), &kv[1])?;
-                let entries_array = StructArray::try_new(kv.clone(), vec![keys, values], None)
-                    .map_err(|e| ColumnError::new(path, format!("does not fit: {e}")))?;
-                let rebuilt = MapArray::try_new(
-                    entries.clone(),
-                    source.offsets().clone(),
-                    entries_array,
-                    source.nulls().cloned(),
-                    *sorted,
-                )
-                .map_err(|e| ColumnError::new(path, format!("does not fit: {e}")))?;
-                Ok(Arc::new(rebuilt))
+                rebuild_map(entries, kv, source, keys, values, *sorted)
+                    .map_err(|e| ColumnError::new(path, format!("does not fit: {e}")))
             }
             to if array.data_type() == to => Ok(array.clone()),
             to if !array.data_type().is_nested() => {
@@ -198,14 +187,8 @@ impl Projection<'_> {
         };
         let source = as_list.as_list::<i32>();
         let values = self.value(&child_path(path, "element"), source.values(), element)?;
-        let rebuilt = ListArray::try_new(
-            element.clone(),
-            source.offsets().clone(),
-            values,
-            source.nulls().cloned(),
-        )
-        .map_err(|e| ColumnError::new(path, format!("does not fit: {e}")))?;
-        Ok(Arc::new(rebuilt))
+        rebuild_list(element, source, values)
+            .map_err(|e| ColumnError::new(path, format!("does not fit: {e}")))
     }
 }
 

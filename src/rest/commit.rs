@@ -11,7 +11,7 @@
 //! Served updates: `add-schema`, `set-current-schema`, `add-spec`, `set-default-spec`,
 //! `add-sort-order`, `set-default-sort-order`, `set-properties`, `remove-properties`.
 //! Every requirement of the spec is checked, and the updates must leave a table every
-//! reader can read ([`super::validate`]: schema evolution and partition spec rules,
+//! reader can read (`rest::validate`: schema evolution and partition spec rules,
 //! 400 naming the column). Any other update — `add-snapshot` above
 //! all: data reaches skade's tables through Flight — is refused with 400 naming it, and
 //! nothing is written.

@@ -22,10 +22,12 @@ use iceberg::spec::FormatVersion;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::model::{
-    CreateNamespaceRequest, CreateNamespaceResponse, CreateTableRequest, LoadTableResult,
-    RenameTableRequest, UpdateNamespacePropertiesRequest, UpdateNamespacePropertiesResponse,
+    CreateNamespaceRequest, CreateNamespaceResponse, CreateTableRequest, RenameTableRequest,
+    UpdateNamespacePropertiesRequest, UpdateNamespacePropertiesResponse,
 };
-use super::{RestError, body_of, json, namespace_of, path_param, query_param, table_of};
+use super::{
+    RestError, body_of, json, load_table_result, namespace_of, path_param, query_param, table_of,
+};
 use crate::catalog::{CommitTarget, RedbCatalog};
 
 type Db = State<Arc<RedbCatalog>>;
@@ -141,24 +143,8 @@ pub(super) async fn create_table(
         })
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
-    let metadata_location = table
-        .metadata_location_result()
-        .map_err(|e| RestError::of_table(&ident, e))?
-        .to_string();
-    json(
-        "create table",
-        &LoadTableResult {
-            metadata_location,
-            metadata: table.metadata().clone(),
-            // What a reader needs to open the table's files (no credentials here: a
-            // load-table that asks for them gets them).
-            config: catalog
-                .warehouse()
-                .reader_config(false)
-                .into_iter()
-                .collect(),
-        },
-    )
+    // No credentials here: a load-table that asks for them gets them.
+    load_table_result(&catalog, "create table", &table, false)
 }
 
 /// The `CreateTableRequest` of `body`; a schema without an id gets id 0 (clients send a

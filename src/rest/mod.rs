@@ -266,18 +266,35 @@ async fn load_table(
         .load_table(&ident)
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
+    let credentials = asks_for_vended_credentials(&headers);
+    load_table_result(&catalog, "load table", &table, credentials)
+}
+
+/// A 200 `LoadTableResult` for `table`, answering `what`: its metadata location and
+/// metadata, and what a reader needs to open its files (the warehouse's reader
+/// configuration, with vended credentials only when `credentials`).
+///
+/// # Errors
+/// The catalog's error (naming the table) for a table with no metadata location;
+/// [`RestError::Encode`] when the body does not serialize.
+fn load_table_result(
+    catalog: &RedbCatalog,
+    what: &'static str,
+    table: &iceberg::table::Table,
+    credentials: bool,
+) -> Result<Response, RestError> {
     let metadata_location = table
         .metadata_location_result()
-        .map_err(|e| RestError::of_table(&ident, e))?
+        .map_err(|e| RestError::of_table(table.identifier(), e))?
         .to_string();
     json(
-        "load table",
+        what,
         &LoadTableResult {
             metadata_location,
             metadata: table.metadata().clone(),
             config: catalog
                 .warehouse()
-                .reader_config(asks_for_vended_credentials(&headers))
+                .reader_config(credentials)
                 .into_iter()
                 .collect(),
         },

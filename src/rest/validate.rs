@@ -116,7 +116,7 @@ pub(super) fn check_create_spec(
 pub(super) fn check_new_table(table: &str, metadata: &TableMetadata) -> Result<(), RestError> {
     let schema = metadata.current_schema();
     if metadata.format_version() < FormatVersion::V3 {
-        for (path, field) in fields_of(schema) {
+        for (path, field) in fields_of(schema).0 {
             if field.initial_default.is_some() || field.write_default.is_some() {
                 return Err(default_needs_v3(&path, metadata.format_version()));
             }
@@ -132,18 +132,18 @@ fn default_needs_v3(path: &str, version: FormatVersion) -> RestError {
     ))
 }
 
-/// Every field of `schema` at every depth, by id, with its dotted path and its parent's
-/// id (`None` at the top level).
-fn fields_of(schema: &Schema) -> Vec<(String, NestedFieldRef)> {
-    let mut out = Vec::new();
+/// Every field of `schema` at every depth with its dotted path, parents before their
+/// children; and each field's parent's id by field id (`None` at the top level).
+fn fields_of(schema: &Schema) -> (Vec<(String, NestedFieldRef)>, Parents) {
+    let (mut out, mut parents) = (Vec::new(), Parents::new());
     walk(
         "",
         schema.as_struct().fields(),
         None,
         &mut out,
-        &mut HashMap::new(),
+        &mut parents,
     );
-    out
+    (out, parents)
 }
 
 type Parents = HashMap<i32, Option<i32>>;
@@ -188,15 +188,7 @@ fn walk(
 fn check_schema_change(before: &TableMetadata, after: &TableMetadata) -> Result<(), RestError> {
     let old = before.current_schema();
     let new = after.current_schema();
-    let mut new_parents = Parents::new();
-    let mut new_fields = Vec::new();
-    walk(
-        "",
-        new.as_struct().fields(),
-        None,
-        &mut new_fields,
-        &mut new_parents,
-    );
+    let (new_fields, new_parents) = fields_of(new);
     let has_rows = before.current_snapshot().is_some_and(|s| {
         s.summary()
             .additional_properties

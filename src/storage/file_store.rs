@@ -1,8 +1,8 @@
 //! Where a warehouse's table files are listed, inspected and removed: the local
-//! filesystem or an object store (issue #17).
+//! filesystem or an object store.
 //!
-//! Online cleanup ([`crate::maintenance::cleanup`]), `skade gc` ([`super::gc`]) and purge
-//! ([`super::purge`]) decide *which* files go by one set of rules each, whatever the
+//! Online cleanup ([`crate::maintenance::cleanup`]), `skade gc` ([`crate::catalog::gc`])
+//! and purge (`catalog::purge`) decide *which* files go by one set of rules each, whatever the
 //! storage; [`FileStore`] is the only place that knows *how* a directory is listed, a
 //! file's size and modification time read, and files removed. Paths are kept as
 //! [`PathBuf`]s in both cases (`/abs/path` or `s3://bucket/key`), so references, table

@@ -40,19 +40,36 @@ pub const PART_BYTES: usize = 8 * 1024 * 1024;
 /// Parts of one file uploaded at once.
 pub const PARTS_IN_FLIGHT: usize = 4;
 
-/// The object-store metric handles (`skade_object_store_*`, see [`crate::metrics`]),
-/// label `op` = `read` | `write` | `stat` | `delete` | `list`.
+/// The object-store metric handles (`skade_object_store_*`, registered by
+/// [`crate::metrics`]), label `op` = `read` | `write` | `stat` | `delete` | `list`. Only
+/// this module records on them.
 #[derive(Debug, Clone)]
 pub struct ObjectStoreMetrics {
     /// Operations started.
-    pub requests: prometheus::IntCounterVec,
+    requests: prometheus::IntCounterVec,
     /// Operations that failed.
-    pub errors: prometheus::IntCounterVec,
+    errors: prometheus::IntCounterVec,
     /// Seconds per operation (a whole upload for `write`).
-    pub duration: prometheus::HistogramVec,
+    duration: prometheus::HistogramVec,
 }
 
 impl ObjectStoreMetrics {
+    /// Handles over the registered vectors: `requests` counts operations started,
+    /// `errors` those that failed, `duration` their seconds (a whole upload for
+    /// `write`); each has the one label `op`.
+    pub(crate) fn new(
+        requests: prometheus::IntCounterVec,
+        errors: prometheus::IntCounterVec,
+        duration: prometheus::HistogramVec,
+    ) -> Self {
+        Self {
+            requests,
+            errors,
+            duration,
+        }
+    }
+
+    /// Records one operation `op` that began at `started` and succeeded when `ok`.
     fn observe(&self, op: &str, started: Instant, ok: bool) {
         self.requests.with_label_values(&[op]).inc();
         if !ok {

@@ -1,5 +1,5 @@
 //! Write-behind uploads of manifests and manifest lists on an S3 warehouse, and the
-//! barrier that makes them durable before a commit's pointer moves (issue #17).
+//! barrier that makes them durable before a commit's pointer moves.
 //!
 //! An append writes a manifest, then a manifest list, then the catalog writes the
 //! metadata JSON — on an object store three round trips one after the other, because

@@ -28,7 +28,7 @@ use arrow_array::{
     TimestampMicrosecondArray, new_null_array,
 };
 use arrow_cast::{CastOptions, cast_with_options};
-use arrow_schema::{DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
+use arrow_schema::{ArrowError, DataType, Field, FieldRef, Fields, SchemaRef, TimeUnit};
 use iceberg::spec::{PrimitiveType, Type};
 
 use super::defaults::{FieldDefault, default_column};
@@ -263,14 +263,8 @@ impl Conform<'_> {
                 "null elements in a list whose elements are required",
             ));
         }
-        let rebuilt = ListArray::try_new(
-            element.clone(),
-            source.offsets().clone(),
-            values,
-            source.nulls().cloned(),
-        )
-        .map_err(|e| ColumnError::new(path, format!("does not fit the table's list: {e}")))?;
-        Ok(Arc::new(rebuilt))
+        rebuild_list(element, source, values)
+            .map_err(|e| ColumnError::new(path, format!("does not fit the table's list: {e}")))
     }
 
     fn map(
@@ -291,17 +285,8 @@ impl Conform<'_> {
         let keys = self.array(&key_path, source.keys(), kv[0].data_type())?;
         let values = self.array(&value_path, source.values(), kv[1].data_type())?;
         check_required(&value_path, &kv[1], &values, None)?;
-        let entries_array = StructArray::try_new(kv.clone(), vec![keys, values], None)
-            .map_err(|e| ColumnError::new(path, format!("does not fit the table's map: {e}")))?;
-        let rebuilt = MapArray::try_new(
-            entries.clone(),
-            source.offsets().clone(),
-            entries_array,
-            source.nulls().cloned(),
-            sorted,
-        )
-        .map_err(|e| ColumnError::new(path, format!("does not fit the table's map: {e}")))?;
-        Ok(Arc::new(rebuilt))
+        rebuild_map(entries, kv, source, keys, values, sorted)
+            .map_err(|e| ColumnError::new(path, format!("does not fit the table's map: {e}")))
     }
 
     /// Any unit to microseconds, exactly; the zone only relabelled (instants are UTC).
@@ -502,6 +487,52 @@ fn iceberg_type(data_type: &DataType) -> Option<PrimitiveType> {
         Ok(Type::Primitive(p)) => Some(p),
         _ => None,
     }
+}
+
+/// The list `source` (its offsets and nulls) over `values`, its elements already
+/// converted to the table's `element`: how conforming and compaction's projection
+/// ([`crate::maintenance`]) both rebuild a list.
+///
+/// # Errors
+/// Arrow's error when `values` does not fit `element` or `source`'s offsets.
+pub(crate) fn rebuild_list(
+    element: &FieldRef,
+    source: &ListArray,
+    values: ArrayRef,
+) -> Result<ArrayRef, ArrowError> {
+    let rebuilt = ListArray::try_new(
+        element.clone(),
+        source.offsets().clone(),
+        values,
+        source.nulls().cloned(),
+    )?;
+    Ok(Arc::new(rebuilt))
+}
+
+/// The map `source` (its offsets and nulls) over `keys` and `values`, already converted
+/// to the table's `entries` field (a struct of the two fields `kv`), with `sorted` keys:
+/// how conforming and compaction's projection both rebuild a map.
+///
+/// # Errors
+/// Arrow's error when the keys or values do not fit `kv`, or the entries `source`'s
+/// offsets.
+pub(crate) fn rebuild_map(
+    entries: &FieldRef,
+    kv: &Fields,
+    source: &MapArray,
+    keys: ArrayRef,
+    values: ArrayRef,
+    sorted: bool,
+) -> Result<ArrayRef, ArrowError> {
+    let entries_array = StructArray::try_new(kv.clone(), vec![keys, values], None)?;
+    let rebuilt = MapArray::try_new(
+        entries.clone(),
+        source.offsets().clone(),
+        entries_array,
+        source.nulls().cloned(),
+        sorted,
+    )?;
+    Ok(Arc::new(rebuilt))
 }
 
 fn cast_to(path: &str, array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ColumnError> {

@@ -16,7 +16,11 @@
 //! The evolved schema is what the stream's batches are conformed to and its data files
 //! written with; the stream's first commit carries `AddSchema` + `SetCurrentSchema`
 //! together with its append, in ONE catalog commit (one redb transaction), required
-//! to apply on the schema the stream started from ([`stage_evolving_append`]).
+//! to apply on the schema it was planned on ([`stage_evolving_append`]) — rebased onto
+//! the table's current schema first when that moved since and the change still fits it
+//! ([`rebase`]). `commit_append` is the one-table append through the catalog's commit
+//! driver, with such a change ([`commit_evolving`]) or without one
+//! ([`super::ingest::commit_files_with`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -340,12 +344,36 @@ pub async fn commit_evolving(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Table, WriteError> {
+    commit_append(catalog, table, Some(change), data_files, properties).await
+}
+
+/// The one-table append both [`commit_evolving`] and [`super::ingest::commit_files_with`]
+/// run: `data_files` with summary `properties` as one merge append through the catalog's
+/// commit driver, staged on the table as it stands at each attempt; with `change`, the
+/// append also makes it the current schema (that stage runs on the blocking pool,
+/// [`run_blocking_io`]).
+///
+/// # Errors
+/// As [`commit_evolving`] with a change, as [`super::ingest::commit_files_with`] without.
+///
+/// # Cancel safety
+/// As [`super::ingest::commit_files`].
+pub(super) async fn commit_append(
+    catalog: &RedbCatalog,
+    table: &Table,
+    change: Option<&SchemaChange>,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> Result<Table, WriteError> {
     let target = CommitTarget::data(table);
     let (files, properties) = (&data_files, &properties);
     catalog
         .commit_one(&target, move |current| {
             let (files, properties) = (files.clone(), properties.clone());
             Box::pin(async move {
+                let Some(change) = change else {
+                    return stage_append(&current, files, properties).await;
+                };
                 let (evolved, change) = evolved_handle(catalog, &current, change)?;
                 run_blocking_io(async move {
                     stage_evolving_append(evolved, &change, files, properties).await

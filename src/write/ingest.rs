@@ -1,5 +1,7 @@
-//! The primitives every lane shares (encode off the runtime, file names and writes, a
-//! one-table append commit through the catalog's driver) and the single-commit lanes.
+//! The primitives every lane shares (the ingest counts [`IngestStats`], encode off the
+//! runtime, file names and writes, the one-table append commit [`commit_files`], which
+//! runs `evolve::commit_append` through the catalog's commit driver) and the
+//! single-commit lanes ([`ingest_parallel`], [`append`]).
 
 use std::collections::HashMap;
 
@@ -9,9 +11,9 @@ use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use super::WriteError;
-use super::append::stage_append;
 use super::encode::{EncodedFile, WriteProps, encode_groups};
-use crate::catalog::{CommitTarget, RedbCatalog};
+use super::evolve::commit_append;
+use crate::catalog::RedbCatalog;
 
 /// What an ingest made visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,6 +29,16 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
+    /// What one commit of `files` (one snapshot) makes visible; nothing for no files,
+    /// which no commit adds a snapshot for.
+    pub fn of_commit(files: &[DataFile]) -> Self {
+        let mut stats = Self::default();
+        if !files.is_empty() {
+            stats.add_commit(files);
+        }
+        stats
+    }
+
     /// Adds `files` committed by one commit.
     pub fn add_commit(&mut self, files: &[DataFile]) {
         self.add_files(files);
@@ -183,7 +195,7 @@ pub async fn write_file(
 }
 
 /// Commits `data_files` to `table` as one append (one snapshot, one catalog commit): a
-/// merge append ([`stage_append`]) through the catalog's commit driver
+/// merge append ([`super::append::stage_append`]) through the catalog's commit driver
 /// ([`RedbCatalog::commit`]: the table's commit turn, the table as it stands, its
 /// conflict policy). Commits to *other* tables running at the same time share the
 /// catalog's warehouse sync and redb transaction (group commit); this returns only once
@@ -223,15 +235,7 @@ pub async fn commit_files_with(
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> Result<Table, WriteError> {
-    let target = CommitTarget::data(table);
-    let (files, properties) = (&data_files, &properties);
-    catalog
-        .commit_one(&target, move |current| {
-            let (files, properties) = (files.clone(), properties.clone());
-            Box::pin(async move { stage_append(&current, files, properties).await })
-        })
-        .await
-        .map_err(|e| WriteError::catalog(table.identifier(), e))
+    commit_append(catalog, table, None, data_files, properties).await
 }
 
 /// Encodes every group on all cores, writes the files, and commits them all as ONE
@@ -247,11 +251,10 @@ pub async fn ingest_parallel(
 ) -> Result<(Table, IngestStats), WriteError> {
     let encoded = encode(table, groups).await?;
     let files = write_files(table, encoded, &mut FileNames::new(), props).await?;
-    let mut stats = IngestStats::default();
+    let stats = IngestStats::of_commit(&files);
     if files.is_empty() {
         return Ok((table.clone(), stats));
     }
-    stats.add_commit(&files);
     let table = commit_files(catalog, table, files).await?;
     Ok((table, stats))
 }

@@ -33,7 +33,7 @@ pub const MIN_COUNT_TO_MERGE_PROPERTY: &str = "commit.manifest.min-count-to-merg
 /// skade's default of [`MIN_COUNT_TO_MERGE_PROPERTY`]: 16 (Iceberg Java's is 100). A
 /// streaming writer appends one manifest per commit, and every reader plans by opening
 /// each manifest of the list, so skade keeps the list short: at one commit per second
-/// Java's default lets it grow to 100 manifests between merges (issue #14).
+/// Java's default lets it grow to 100 manifests between merges.
 pub const MIN_COUNT_TO_MERGE_DEFAULT: usize = 16;
 /// Table property: bytes of manifest file one merged manifest may hold (Iceberg's;
 /// default [`TARGET_SIZE_BYTES_DEFAULT`]).

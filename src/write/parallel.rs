@@ -2,7 +2,7 @@
 //!
 //! A 128 MiB data file encoded by one `ArrowWriter` uses one core; a streaming put has
 //! only one or two files in flight, so the other cores idle while it is encoded
-//! (`skade-bench -- ingest`, issue "Benchmarks"). This encoder cuts the file's batches
+//! (`skade-bench -- ingest`, docs/performance.md). This encoder cuts the file's batches
 //! into row groups exactly as `ArrowWriter::write` does (at `max_row_group_row_count`
 //! rows, splitting batches), encodes every (row group, top-level column) pair as its own
 //! rayon task with parquet-rs's `ArrowColumnWriter`s (the parallel-encoding pattern

@@ -4,8 +4,9 @@
 //! - [`encode_pipelined`]: the shared all-core encode; results in submission order.
 //! - [`ingest_pipelined`]: encode → write (≤ `channel_depth` writes in flight) → a serial
 //!   commit loop. The proven baseline.
-//! - [`ingest_pipelined_overlap_stream`] (what Lane 1's `DoPut` runs) and its
-//!   collected-groups wrapper [`ingest_pipelined_overlap`]: the same files, grouping and
+//! - [`ingest_pipelined_overlap_stream`], its form whose first commit also evolves the
+//!   schema [`ingest_pipelined_overlap_stream_evolving`] (what Lane 1's `DoPut` runs), and
+//!   their collected-groups wrapper [`ingest_pipelined_overlap`]: the same files, grouping and
 //!   snapshots, but the committer runs *beside* the writer: it consumes written files, in
 //!   submission order, from a bounded channel while later files are still being encoded
 //!   and written, so each commit's fsync overlaps the next files' writes (§f1).
@@ -203,7 +204,7 @@ pub async fn ingest_pipelined_overlap_stream(
     writer_id: Option<&str>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
-    overlap(
+    ingest_pipelined_overlap_stream_evolving(
         catalog,
         table,
         segments,
@@ -238,17 +239,20 @@ pub async fn ingest_pipelined_overlap_stream_evolving(
     change: Option<SchemaChange>,
     on_commit: &mut (dyn FnMut(&CommitReport) + Send),
 ) -> Result<(Table, IngestStats), WriteError> {
-    overlap(
+    let depth = props.channel_depth.max(1);
+    let (tx, rx) = mpsc::channel::<Written>(depth);
+    let writer = write_in_order(table, segments, depth, tx);
+    let committer = commit_in_turn(
         catalog,
         table,
-        segments,
-        files_per_commit,
-        props,
+        rx,
+        files_per_commit.max(1),
         writer_id,
         change,
         on_commit,
-    )
-    .await
+    );
+    let ((), result) = tokio::try_join!(writer, committer)?;
+    Ok(result)
 }
 
 /// The smallest range holding both.
@@ -267,34 +271,7 @@ enum Written {
     Commit,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn overlap(
-    catalog: &RedbCatalog,
-    table: &Table,
-    input: impl Stream<Item = Result<Segment, WriteError>> + Send,
-    files_per_commit: usize,
-    props: &WriteProps,
-    writer_id: Option<&str>,
-    evolve: Option<SchemaChange>,
-    on_commit: &mut (dyn FnMut(&CommitReport) + Send),
-) -> Result<(Table, IngestStats), WriteError> {
-    let depth = props.channel_depth.max(1);
-    let (tx, rx) = mpsc::channel::<Written>(depth);
-    let writer = write_in_order(table, input, depth, tx);
-    let committer = commit_in_turn(
-        catalog,
-        table,
-        rx,
-        files_per_commit.max(1),
-        writer_id,
-        evolve,
-        on_commit,
-    );
-    let ((), result) = tokio::try_join!(writer, committer)?;
-    Ok(result)
-}
-
-/// The writer half of [`overlap`]: ≤ `depth` encodes/writes in flight; `buffered`
+/// The writer half of [`ingest_pipelined_overlap_stream_evolving`]: ≤ `depth` encodes/writes in flight; `buffered`
 /// re-sequences completions into submission order (the reorder buffer) before they enter
 /// the bounded channel `tx`.
 async fn write_in_order(
@@ -323,7 +300,7 @@ async fn write_in_order(
     Ok(())
 }
 
-/// The committer half of [`overlap`]: one sequential consumer beside the writer, which
+/// The committer half of [`ingest_pipelined_overlap_stream_evolving`]: one sequential consumer beside the writer, which
 /// commits every `files_per_commit` files (at a commit boundary), at each
 /// [`Written::Commit`] and at the end.
 async fn commit_in_turn(
@@ -353,8 +330,7 @@ async fn commit_in_turn(
         };
         if commit_now && !pending.is_empty() {
             let files = std::mem::take(&mut pending);
-            let mut committed = IngestStats::default();
-            committed.add_commit(&files);
+            let committed = IngestStats::of_commit(&files);
             let started = Instant::now();
             let properties = match (writer_id, pending_sequences.take()) {
                 (Some(writer), Some((first, last))) => {

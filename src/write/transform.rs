@@ -349,8 +349,8 @@ mod tests {
     const DEC_30_1969: i64 = -2;
     const DEC_31_1899: i64 = -25_568;
 
-    /// The spec's floor division before the epoch, with fractional seconds: the
-    /// issue's three values (iceberg gave −1, −1, −25567), the last microsecond of
+    /// The spec's floor division before the epoch, with fractional seconds: three values
+    /// iceberg got wrong (it gave −1, −1, −25567), the last microsecond of
     /// 1969, the epoch itself, and a null. Values from the spec's definition (days since
     /// 1970-01-01, floor), not from the code.
     #[test]

@@ -489,7 +489,7 @@ async fn table_definition_options_are_honoured() {
     server.stop().await;
 }
 
-/// Two transactions committing to the same table at once: fast appends commute, so the
+/// Two transactions committing to the same table at once: appends commute, so the
 /// loser re-stages on the winner's snapshot. No row is lost or doubled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_on_one_table_both_land() {

@@ -1,0 +1,6 @@
+//! skade's own protobuf messages (`proto/skade/v1/skade.proto`), compiled by `build.rs`:
+//! the `CommitAck` a streaming put sends after each commit.
+
+#![allow(missing_docs, unreachable_pub)]
+
+include!(concat!(env!("OUT_DIR"), "/skade.v1.rs"));
