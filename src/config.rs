@@ -113,11 +113,19 @@ pub struct CatalogConfig {
 
     /// The JDBC catalog name skade's rows carry in a PostgreSQL catalog (`catalog_name`;
     /// give pyiceberg's `SqlCatalog` or Java's `JdbcCatalog` the same name to read them).
-    #[arg(long = "catalog-name", env = "SKADE_CATALOG_NAME", default_value = "skade")]
+    #[arg(
+        long = "catalog-name",
+        env = "SKADE_CATALOG_NAME",
+        default_value = "skade"
+    )]
     pub name: String,
 
     /// Most connections this instance opens to a PostgreSQL catalog (at least 2).
-    #[arg(long = "catalog-pool-size", env = "SKADE_CATALOG_POOL_SIZE", default_value_t = 16)]
+    #[arg(
+        long = "catalog-pool-size",
+        env = "SKADE_CATALOG_POOL_SIZE",
+        default_value_t = 16
+    )]
     pub pool_size: usize,
 }
 

@@ -26,14 +26,16 @@ cargo build --locked
 target_dir="$(cargo metadata --format-version 1 --no-deps --locked |
     .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
 cargo test --locked
-# The crash test (tests/crash/) in its short form: 3 SIGKILLs of the real binary.
-SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
+# The crash test (tests/crash/) in its short form: 3 SIGKILLs of the real binary; and its
+# PostgreSQL mode (shared_catalog.rs): three instances on one PostgreSQL catalog (a private
+# cluster, tests/pg/cluster.sh), 4 SIGKILLs and one immediate stop of the database.
+SKADE_SHARED_KILLS=4 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
     cargo test --locked --test crash -- --ignored --nocapture
 # ... and again with the warehouse on S3: moto's server (moto[server] from the venv) on a
 # free loopback port; moto takes any credentials.
 SKADE_CRASH_S3=1 SKADE_CRASH_KILLS=3 SKADE_PYTHON="$PWD/.venv/bin/python" \
     AWS_ACCESS_KEY_ID=skade-crash AWS_SECRET_ACCESS_KEY=skade-crash AWS_REGION=us-east-1 \
-    cargo test --locked --test crash -- --ignored --nocapture
+    cargo test --locked --test crash -- --ignored --nocapture --skip shared_catalog
 # The power-cut test (tests/powercut/) in its short form: a FUSE disk that forgets what
 # was never fsynced, ext4 on a loop device on it, 10 cuts across both crash-image
 # policies, the disk's self-test, and the two negative controls (every sync a no-op;

@@ -68,7 +68,6 @@ use metadata_cache::MetadataCache;
 pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
 pub use release::{CommitPause, Release, ReleaseEntry};
-pub use shared::MaintenanceLease;
 use store::{KEY_SEP, NAMESPACES, TABLES};
 pub use warehouse::{S3Options, Warehouse};
 

@@ -9,50 +9,34 @@ use std::time::SystemTime;
 use iceberg::{Result, TableIdent};
 
 use super::RedbCatalog;
-use super::postgres::cluster::Lease;
-
-/// The right to run maintenance jobs on one table (or to sweep), held until dropped
-/// ([`RedbCatalog::maintenance_lease`]).
-#[derive(Debug)]
-#[must_use = "dropping the lease lets another instance take it at once"]
-pub struct MaintenanceLease {
-    _held: Option<Lease>,
-}
 
 impl RedbCatalog {
-    /// Takes the lease of maintaining `ident` — `None` while another instance holds it
-    /// (it maintains the table; this one leaves it alone this pass). Always granted on
-    /// the redb catalog.
+    /// Whether this instance maintains `ident`: on a shared catalog, whether it holds
+    /// the table's maintenance lease (taken now when no instance holds it; kept from
+    /// pass to pass, [`super::postgres::cluster::Leases`]); always on the redb catalog.
     ///
     /// # Errors
     /// The catalog database's error (`Unavailable` when unreachable).
-    pub async fn maintenance_lease(&self, ident: &TableIdent) -> Result<Option<MaintenanceLease>> {
+    pub async fn maintains(&self, ident: &TableIdent) -> Result<bool> {
         let Some(pg) = self.database() else {
-            return Ok(Some(MaintenanceLease { _held: None }));
+            return Ok(true);
         };
         let mut parts = vec!["maintain", pg.catalog_name()];
         parts.extend(ident.namespace().as_ref().iter().map(String::as_str));
         parts.push(ident.name());
-        Ok(pg
-            .try_lease(&parts)
-            .await?
-            .map(|lease| MaintenanceLease { _held: Some(lease) }))
+        pg.hold_lease(&parts).await
     }
 
-    /// Takes the lease of sweeping the warehouse for unreferenced files (one instance
-    /// at a time sweeps) — `None` while another instance holds it. Always granted on the
-    /// redb catalog.
+    /// Whether this instance sweeps the warehouse for unreferenced files (one instance
+    /// at a time does, holding the sweep lease the same way); always on the redb catalog.
     ///
     /// # Errors
     /// The catalog database's error.
-    pub async fn sweep_lease(&self) -> Result<Option<MaintenanceLease>> {
-        let Some(pg) = self.database() else {
-            return Ok(Some(MaintenanceLease { _held: None }));
-        };
-        Ok(pg
-            .try_lease(&["sweep", pg.catalog_name()])
-            .await?
-            .map(|lease| MaintenanceLease { _held: Some(lease) }))
+    pub async fn sweeps(&self) -> Result<bool> {
+        match self.database() {
+            None => Ok(true),
+            Some(pg) => pg.hold_lease(&["sweep", pg.catalog_name()]).await,
+        }
     }
 
     /// The oldest write pin any writer that may still commit holds: this process's

@@ -263,12 +263,11 @@ impl Maintainer {
         // Every table's retained snapshots were looked at this pass (`maintain`): what
         // the parsed-manifest cache holds beyond them belongs to expired snapshots.
         state.sweeper.manifests().forget_unused();
-        self.metrics
-            .record_maintenance_pass(
-                started.elapsed().as_secs_f64(),
-                report.maintained,
-                report.held_elsewhere,
-            );
+        self.metrics.record_maintenance_pass(
+            started.elapsed().as_secs_f64(),
+            report.maintained,
+            report.held_elsewhere,
+        );
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
             warn!(error = %e, "maintenance job failed");
@@ -308,15 +307,15 @@ impl Maintainer {
             .await
             .map_err(failed("cleanup"))?;
         // On a shared catalog one instance at a time maintains a table.
-        let Some(_lease) = self
+        if !self
             .catalog
-            .maintenance_lease(ident)
+            .maintains(ident)
             .await
             .map_err(failed("lease"))?
-        else {
+        {
             report.held_elsewhere += 1;
             return Ok(());
-        };
+        }
         report.maintained += 1;
         // The files this table's jobs write before their commit (merged manifests,
         // compacted data files) are held like a put's, for every instance's cleanup.
@@ -583,9 +582,9 @@ impl Maintainer {
             source: Box::new(e),
         };
         // On a shared catalog one instance at a time sweeps.
-        let Some(_lease) = self.catalog.sweep_lease().await.map_err(lease_failed)? else {
+        if !self.catalog.sweeps().await.map_err(lease_failed)? {
             return Ok(());
-        };
+        }
         let mut tables = Vec::with_capacity(idents.len());
         let mut locations = HashMap::with_capacity(idents.len());
         for ident in idents {

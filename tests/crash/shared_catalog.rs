@@ -41,7 +41,11 @@ const ROWS: u64 = 20;
 /// The table producer `p` writes: producers 0..3 share one table, the others have their
 /// own.
 fn table_of(p: usize) -> String {
-    if p < 3 { "same".to_string() } else { format!("own{p}") }
+    if p < 3 {
+        "same".to_string()
+    } else {
+        format!("own{p}")
+    }
 }
 
 /// The first id of producer `p`'s batch with sequence `s` (1-based).
@@ -231,7 +235,10 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
             pg.stop_immediate();
             tokio::time::sleep(Duration::from_millis(1500)).await;
             pg.restart();
-            println!("database stopped (immediate) and restarted at {:.1?}", started.elapsed());
+            println!(
+                "database stopped (immediate) and restarted at {:.1?}",
+                started.elapsed()
+            );
         }
         tokio::time::sleep(Duration::from_millis(rng.range(200, 800))).await;
         let (mut server, flight, metrics) = start_instance(&base, slot, &warehouse, &url);
@@ -275,7 +282,10 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
     let ns = NamespaceIdent::new(NS.to_string());
     let mut total_rows = 0usize;
     let mut snapshots = 0usize;
-    for table_name in (0..PRODUCERS).map(table_of).collect::<std::collections::BTreeSet<_>>() {
+    for table_name in (0..PRODUCERS)
+        .map(table_of)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let table = catalog
             .load_table(&TableIdent::new(ns.clone(), table_name.clone()))
             .await
@@ -283,7 +293,9 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
         let mut found = ids(&common::scan(&table, None).await);
         total_rows += found.len();
         found.sort_unstable();
-        let producers: Vec<usize> = (0..PRODUCERS).filter(|p| table_of(*p) == table_name).collect();
+        let producers: Vec<usize> = (0..PRODUCERS)
+            .filter(|p| table_of(*p) == table_name)
+            .collect();
         let mut expected: Vec<i64> = producers
             .iter()
             .flat_map(|&p| {
@@ -293,7 +305,10 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
             .collect();
         expected.sort_unstable();
         let doubled = found.windows(2).filter(|w| w[0] == w[1]).count();
-        assert_eq!(doubled, 0, "table {table_name}: {doubled} rows landed twice");
+        assert_eq!(
+            doubled, 0,
+            "table {table_name}: {doubled} rows landed twice"
+        );
         assert_eq!(
             found.len(),
             expected.len(),
@@ -301,7 +316,10 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
             found.len(),
             expected.len()
         );
-        assert_eq!(found, expected, "table {table_name}: rows differ from what was sent");
+        assert_eq!(
+            found, expected,
+            "table {table_name}: rows differ from what was sent"
+        );
         for snapshot in table.metadata().snapshots() {
             let rows = ids(&common::scan(&table, Some(snapshot.snapshot_id())).await).len();
             let recorded = snapshot
@@ -318,6 +336,16 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
             snapshots += 1;
         }
     }
+    // Each table is maintained by one instance at a time: the instances' last passes
+    // together hold at most one lease per table.
+    let tables = (0..PRODUCERS)
+        .map(table_of)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert!(
+        maintained <= tables as f64,
+        "{maintained} tables maintained across the instances' last passes, {tables} tables"
+    );
     for (p, acked) in &durable {
         assert_eq!(*acked, STREAMS * BATCHES, "producer {p}: acked {acked}");
     }

@@ -103,17 +103,13 @@ impl PgStore {
             .await
             .map_err(|e| self.error(e))?;
         // What each row holds in this transaction (after the inserts sent so far).
-        let mut stored: HashMap<(String, String), Option<String>> = keys
-            .iter()
-            .map(|k| (k.clone(), None))
-            .collect();
+        let mut stored: HashMap<(String, String), Option<String>> =
+            keys.iter().map(|k| (k.clone(), None)).collect();
         for row in &rows {
             stored.insert((row.get(0), row.get(1)), row.get(2));
         }
-        let mut marks: HashMap<(String, String, String), Option<WriterMark>> = mark_keys
-            .iter()
-            .map(|k| (k.clone(), None))
-            .collect();
+        let mut marks: HashMap<(String, String, String), Option<WriterMark>> =
+            mark_keys.iter().map(|k| (k.clone(), None)).collect();
         if !mark_keys.is_empty() {
             let (w, n, t): (Vec<&str>, Vec<&str>, Vec<&str>) = mark_keys.iter().fold(
                 (Vec::new(), Vec::new(), Vec::new()),

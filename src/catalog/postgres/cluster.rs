@@ -18,9 +18,10 @@
 //! taken and not yet published.
 //!
 //! **Maintenance.** A table is maintained by the instance holding the session-level
-//! advisory lock of its name ([`PgStore::try_lease`]), held on a connection of its own
-//! for the table's jobs; an instance that dies drops its connection, and with it the
-//! lock, so another instance takes the table over at its next pass.
+//! advisory lock of its name ([`PgStore::hold_lease`]), kept on a connection of its own
+//! from pass to pass; an instance that dies drops its connection, and with it the locks,
+//! so another instance takes its tables over at its next pass. One instance sweeps the
+//! warehouse the same way.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -212,8 +213,8 @@ impl Instance {
         let bound = SystemTime::now()
             .checked_sub(PIN_PUBLISH_BOUND)
             .unwrap_or(UNIX_EPOCH);
-        let published = published
-            .map(|ms| UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        let published =
+            published.map(|ms| UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
         Ok([Some(bound), published, self.pins.oldest()]
             .into_iter()
             .flatten()
@@ -249,20 +250,20 @@ fn lost() -> Error {
     )
 }
 
-/// A held maintenance lease: a connection holding a session-level advisory lock.
-/// Dropping it releases the lock (the connection leaves the pool and closes, which
-/// releases every lock it held).
-#[derive(Debug)]
-pub struct Lease {
-    client: Option<Object>,
+/// The maintenance leases this instance holds: session-level advisory locks on one
+/// connection of their own (outside the pool), kept from pass to pass, so a table stays
+/// with the instance that first took it until that instance dies (its connection closes
+/// and PostgreSQL releases every lock of it) or the connection breaks (then this instance
+/// holds nothing until it takes the leases again on a new connection).
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    conn: tokio::sync::Mutex<Option<LeaseConnection>>,
 }
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let Some(client) = self.client.take() {
-            drop(Object::take(client));
-        }
-    }
+#[derive(Debug)]
+struct LeaseConnection {
+    client: tokio_postgres::Client,
+    held: std::collections::HashSet<i64>,
 }
 
 /// Renews `store`'s registration every [`HEARTBEAT_EVERY`] until the store is dropped.
@@ -293,21 +294,52 @@ pub(crate) fn spawn_heartbeat(store: std::sync::Weak<PgStore>) {
 }
 
 impl PgStore {
-    /// Takes the lease named by `parts` if no other connection holds it; `None` when
-    /// one does.
+    /// Whether this instance holds the lease named by `parts`: taken now when no other
+    /// instance holds it, kept once taken ([`Leases`]). A lease connection that no longer
+    /// answers is dropped first (its locks are gone), and a new one opened.
     ///
     /// # Errors
-    /// The database's error.
-    pub(crate) async fn try_lease(&self, parts: &[&str]) -> Result<Option<Lease>> {
-        let client = self.client().await?;
-        let row = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(parts)])
+    /// The database's error (`Unavailable` when unreachable): this instance then holds
+    /// no lease.
+    pub(crate) async fn hold_lease(&self, parts: &[&str]) -> Result<bool> {
+        let mut conn = self.leases.conn.lock().await;
+        if let Some(open) = conn.as_ref()
+            && (open.client.is_closed() || open.client.simple_query("SELECT 1").await.is_err())
+        {
+            tracing::warn!("the maintenance lease connection broke: its leases are released");
+            *conn = None;
+        }
+        if conn.is_none() {
+            let (client, connection) = self
+                .config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| self.error(e))?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            *conn = Some(LeaseConnection {
+                client,
+                held: std::collections::HashSet::new(),
+            });
+        }
+        let Some(open) = conn.as_mut() else {
+            return Ok(false);
+        };
+        let key = lock_key(parts);
+        if open.held.contains(&key) {
+            return Ok(true);
+        }
+        let row = open
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
             .await
             .map_err(|e| self.error(e))?;
         let held: bool = row.get(0);
-        Ok(held.then_some(Lease {
-            client: Some(client),
-        }))
+        if held {
+            open.held.insert(key);
+        }
+        Ok(held)
     }
 
     /// Renews this instance's registration; see [`Instance::heartbeat`].

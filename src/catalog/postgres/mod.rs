@@ -34,7 +34,6 @@ use iceberg::{Error, ErrorKind, Result};
 
 use super::pins::Pins;
 
-
 /// How long a statement may run before PostgreSQL cancels it (`statement_timeout`).
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long opening one connection may take (`connect_timeout`), and how long a caller
@@ -51,6 +50,10 @@ pub(crate) struct PgStore {
     /// Where the database is, without the password (for messages).
     target: String,
     pub(super) instance: cluster::Instance,
+    /// The connection settings, for the maintenance leases' own connection.
+    config: tokio_postgres::Config,
+    /// The maintenance leases this instance holds.
+    leases: cluster::Leases,
 }
 
 /// Why the catalog database could not be used at start.
@@ -91,8 +94,8 @@ impl PgStore {
         pool_size: usize,
         pins: Arc<Pins>,
     ) -> std::result::Result<Self, PgOpenError> {
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| PgOpenError::Url(e.to_string()))?;
+        let mut config =
+            tokio_postgres::Config::from_str(url).map_err(|e| PgOpenError::Url(e.to_string()))?;
         let target = describe(&config);
         config
             .connect_timeout(CONNECT_TIMEOUT)
@@ -102,7 +105,7 @@ impl PgStore {
                 STATEMENT_TIMEOUT.as_millis()
             ));
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -124,10 +127,12 @@ impl PgStore {
             .get()
             .await
             .map_err(|e| connect_failed(pool_reason(&e)))?;
-        schema::migrate(&mut client).await.map_err(|e| PgOpenError::Schema {
-            target: target.clone(),
-            reason: db_reason(&e),
-        })?;
+        schema::migrate(&mut client)
+            .await
+            .map_err(|e| PgOpenError::Schema {
+                target: target.clone(),
+                reason: db_reason(&e),
+            })?;
         let instance = cluster::Instance::register(&client, catalog, pins)
             .await
             .map_err(|e| connect_failed(db_reason(&e)))?;
@@ -137,6 +142,8 @@ impl PgStore {
             catalog: catalog.to_string(),
             target,
             instance,
+            config,
+            leases: cluster::Leases::default(),
         })
     }
 
@@ -210,14 +217,18 @@ pub(super) fn pg_error(target: &str, e: tokio_postgres::Error) -> Error {
             format!("the catalog database {target}: {reason}"),
         ),
         // No SQLSTATE: the connection broke or could not be made.
-        None => unavailable(format!("the catalog database {target} is unavailable: {reason}")),
+        None => unavailable(format!(
+            "the catalog database {target} is unavailable: {reason}"
+        )),
     }
 }
 
 /// `Unexpected` with an I/O cause: the server answers it `Unavailable` keeping `message`.
 pub(super) fn unavailable(message: String) -> Error {
-    Error::new(ErrorKind::Unexpected, message.clone())
-        .with_source(std::io::Error::new(std::io::ErrorKind::NotConnected, message))
+    Error::new(ErrorKind::Unexpected, message.clone()).with_source(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        message,
+    ))
 }
 
 /// The database's message (with its detail), or the client's.
@@ -242,10 +253,9 @@ fn db_reason(e: &tokio_postgres::Error) -> String {
 fn pool_reason(e: &deadpool_postgres::PoolError) -> String {
     match e {
         deadpool_postgres::PoolError::Backend(e) => db_reason(e),
-        deadpool_postgres::PoolError::Timeout(_) => format!(
-            "no connection within {} s",
-            CONNECT_TIMEOUT.as_secs()
-        ),
+        deadpool_postgres::PoolError::Timeout(_) => {
+            format!("no connection within {} s", CONNECT_TIMEOUT.as_secs())
+        }
         other => other.to_string(),
     }
 }
@@ -297,7 +307,8 @@ mod tests {
     // levels (another namespace) in every JDBC-catalog reader.
     #[test]
     fn a_dotted_namespace_level_is_refused() {
-        let ns = |l: &[&str]| namespace_string(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let ns =
+            |l: &[&str]| namespace_string(&l.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(ns(&["a", "b"]).unwrap(), "a.b");
         assert!(ns(&["a.b"]).is_err());
         assert!(ns(&[""]).is_err());

@@ -131,7 +131,11 @@ impl PgStore {
         // Two creates of one namespace take turns: the second sees the first's rows.
         txn.execute(
             "SELECT pg_advisory_xact_lock($1)",
-            &[&super::cluster::lock_key(&["namespace", &self.catalog, &ns])],
+            &[&super::cluster::lock_key(&[
+                "namespace",
+                &self.catalog,
+                &ns,
+            ])],
         )
         .await
         .map_err(|e| self.error(e))?;

@@ -94,4 +94,3 @@ pub(super) async fn migrate(client: &mut Object) -> Result<(), tokio_postgres::E
     }
     txn.commit().await
 }
-
