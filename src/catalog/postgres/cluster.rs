@@ -37,8 +37,8 @@ pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 /// How long an instance may go without a renewal before the others take it for dead.
 pub const INSTANCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Cleanup treats every file modified this recently as pinned: a pin is published within
-/// [`HEARTBEAT_EVERY`] of being taken (at once when it is the instance's first), so this
-/// bound covers one missed renewal and slow clocks.
+/// [`HEARTBEAT_EVERY`] of being taken (or sooner, by a commit), so this bound covers a
+/// few missed renewals and clocks a little apart.
 pub const PIN_PUBLISH_BOUND: Duration = Duration::from_secs(10);
 /// Rows of instances not heard from for this long are removed.
 const FORGET_INSTANCES_AFTER: Duration = Duration::from_secs(24 * 3600);
