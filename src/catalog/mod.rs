@@ -162,12 +162,13 @@ impl RedbCatalog {
         pool_size: usize,
         warehouse: Warehouse,
     ) -> std::result::Result<Arc<Self>, OpenError> {
-        let warehouse = local_absolute(warehouse).map_err(OpenError::Warehouse)?;
-        let file_io = warehouse.file_io().map_err(OpenError::Warehouse)?;
+        // The database first: a start refused by it creates nothing on disk.
         let pins: Arc<pins::Pins> = Arc::default();
         let store = postgres::PgStore::connect(url, catalog_name, pool_size, pins.clone())
             .await
             .map_err(OpenError::Database)?;
+        let warehouse = local_absolute(warehouse).map_err(OpenError::Warehouse)?;
+        let file_io = warehouse.file_io().map_err(OpenError::Warehouse)?;
         let store = Arc::new(store);
         let catalog = Arc::new(
             Self::over(Store::Postgres(store.clone()), warehouse, file_io, pins)

@@ -34,5 +34,6 @@ mod rest_validation;
 mod schema_evolution;
 mod security;
 mod service;
+mod shared_catalog;
 mod streaming_put;
 mod write_path;
