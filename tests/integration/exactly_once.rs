@@ -37,6 +37,17 @@ async fn keyed_put_numbered(
     sequences: Vec<u64>,
     batches: Vec<RecordBatch>,
 ) -> Result<Vec<CommitAck>, FlightError> {
+    keyed_put_to(client, &PATH, writer, sequences, batches).await
+}
+
+/// [`keyed_put_numbered`] into the table `path`.
+pub(crate) async fn keyed_put_to(
+    client: &mut FlightClient,
+    path: &[&str],
+    writer: &str,
+    sequences: Vec<u64>,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<CommitAck>, FlightError> {
     client
         .add_header("x-skade-writer-id", writer)
         .expect("header");
@@ -48,7 +59,7 @@ async fn keyed_put_numbered(
         .try_collect()
         .await?;
     data[0].flight_descriptor = Some(FlightDescriptor::new_path(
-        PATH.iter().map(|s| s.to_string()).collect(),
+        path.iter().map(|s| s.to_string()).collect(),
     ));
     for (message, sequence) in data.iter_mut().skip(1).zip(sequences) {
         message.app_metadata = sequence.to_string().into_bytes().into();

@@ -3,11 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::{FlightClient, FlightData, FlightDescriptor};
-use futures::TryStreamExt;
-use prost::Message;
-use skade::proto::CommitAck;
+use arrow_flight::FlightClient;
 
 use crate::common::postgres::{PgCluster, psql};
 use crate::common::{TestServer, count, get, metric, put, synthetic_batch};
@@ -30,39 +26,15 @@ async fn keyed_put(
     writer: &str,
     sequences: std::ops::RangeInclusive<u64>,
 ) -> u64 {
-    client
-        .add_header("x-skade-writer-id", writer)
-        .expect("header");
-    let batches: Vec<_> = sequences
+    let batches = sequences
         .clone()
         .map(|s| synthetic_batch(1_000_000 + 10 * s as i64, 10))
         .collect();
-    let mut data: Vec<FlightData> = FlightDataEncoderBuilder::new()
-        .with_schema(batches[0].schema())
-        .build(futures::stream::iter(batches.into_iter().map(Ok)))
-        .try_collect()
+    crate::exactly_once::keyed_put_to(client, &PATH, writer, sequences.collect(), batches)
         .await
-        .expect("encode");
-    data[0].flight_descriptor = Some(FlightDescriptor::new_path(
-        PATH.iter().map(|s| s.to_string()).collect(),
-    ));
-    for (message, sequence) in data.iter_mut().skip(1).zip(sequences) {
-        message.app_metadata = sequence.to_string().into_bytes().into();
-    }
-    let results: Vec<_> = client
-        .do_put(futures::stream::iter(data.into_iter().map(Ok)))
-        .await
-        .expect("put")
-        .try_collect()
-        .await
-        .expect("acks");
-    results
+        .expect("keyed put")
         .iter()
-        .map(|r| {
-            CommitAck::decode(r.app_metadata.as_ref())
-                .expect("ack")
-                .committed_sequence
-        })
+        .map(|ack| ack.committed_sequence)
         .max()
         .unwrap_or(0)
 }

@@ -108,7 +108,6 @@ impl Instance {
         store: &PgStore,
     ) -> Result<()> {
         let registration = self.lock().clone();
-        let oldest = self.pins.oldest();
         if registration.lost {
             return Err(lost());
         }
@@ -125,18 +124,8 @@ impl Instance {
                     .to_string(),
             ));
         }
-        let renewed = txn
-            .execute(
-                "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
-                 WHERE catalog_name = $1 AND instance_id = $2
-                   AND heartbeat_at > now() - $4::text::interval",
-                &[
-                    &self.catalog,
-                    &registration.id,
-                    &oldest.map(millis),
-                    &interval(INSTANCE_TIMEOUT),
-                ],
-            )
+        let renewed = self
+            .renew(&**txn, &registration.id)
             .await
             .map_err(|e| store.error(e))?;
         if renewed == 0 {
@@ -144,6 +133,28 @@ impl Instance {
             return Err(lost());
         }
         Ok(())
+    }
+
+    /// Renews registration `id` through `client` (a connection or a commit's transaction)
+    /// while it has not expired, publishing the oldest pin; the rows renewed (0: expired).
+    async fn renew(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        id: &str,
+    ) -> std::result::Result<u64, tokio_postgres::Error> {
+        client
+            .execute(
+                "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
+                 WHERE catalog_name = $1 AND instance_id = $2
+                   AND heartbeat_at > now() - $4::text::interval",
+                &[
+                    &self.catalog,
+                    &id,
+                    &self.pins.oldest().map(millis),
+                    &interval(INSTANCE_TIMEOUT),
+                ],
+            )
+            .await
     }
 
     /// One renewal outside a commit (the heartbeat): publishes the oldest pin; registers
@@ -157,18 +168,7 @@ impl Instance {
         let renewed = if registration.lost {
             0
         } else {
-            client
-                .execute(
-                    "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
-                     WHERE catalog_name = $1 AND instance_id = $2
-                       AND heartbeat_at > now() - $4::text::interval",
-                    &[
-                        &self.catalog,
-                        &registration.id,
-                        &self.pins.oldest().map(millis),
-                        &interval(INSTANCE_TIMEOUT),
-                    ],
-                )
+            self.renew(&**client, &registration.id)
                 .await
                 .map_err(|e| store.error(e))?
         };
