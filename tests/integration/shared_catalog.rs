@@ -149,3 +149,32 @@ async fn a_bad_catalog_is_one_start_up_line_naming_the_flag_and_creates_nothing(
         assert!(!data_dir.exists(), "{url}: created {}", data_dir.display());
     }
 }
+
+// Catches a schema creation that is not safe when instances start together (a duplicate
+// table or version row, or an instance failing on the other's half-made schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instances_starting_together_create_the_schema_once() {
+    let pg = PgCluster::start();
+    let url = pg.create_database("start_together");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let opens = (0..4).map(|_| {
+        skade::catalog::RedbCatalog::open_postgres(
+            &url,
+            "skade",
+            2,
+            skade::catalog::Warehouse::Local(warehouse.path().to_path_buf()),
+        )
+    });
+    let catalogs = futures::future::join_all(opens).await;
+    for catalog in &catalogs {
+        assert!(catalog.is_ok(), "{:?}", catalog.as_ref().err());
+    }
+    assert_eq!(psql(&url, "SELECT count(*) FROM skade_schema_version"), "1");
+    assert_eq!(
+        psql(
+            &url,
+            "SELECT count(*) FROM skade_instances WHERE catalog_name = 'skade'"
+        ),
+        "4"
+    );
+}
