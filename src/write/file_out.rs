@@ -19,16 +19,18 @@ use super::WriteError;
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
 
-/// Bytes gathered before each write to storage, at most one Parquet page more (an S3
-/// writer gathers them into its own parts).
+/// Bytes gathered before each write to storage, at most (an S3 writer gathers them into
+/// its own parts); a larger single write (one Parquet page over this) goes on alone.
 pub const SEGMENT_BYTES: usize = 8 << 20;
 
 /// Finishes `encoder`'s file and writes it to `path` (on the blocking pool: encoding
 /// waits and local writes block), returning its `DataFile` (path, partition tuple and
 /// spec id set); `None`, with nothing written, for a file without rows.
 ///
-/// Holds at most [`SEGMENT_BYTES`] plus one page of the file beyond its encoded column
-/// chunks.
+/// Holds at most [`SEGMENT_BYTES`] of the file beyond its encoded column chunks, and
+/// only as it is written: the segment buffer grows with the bytes in it (a file still
+/// waiting for its row groups' encodes holds a few bytes, not a segment), and every
+/// byte in it is one a freed column chunk held before.
 ///
 /// # Errors
 /// [`WriteError::Storage`] naming the file when storage refuses it,
@@ -57,7 +59,7 @@ pub async fn finish_and_write(
     let finished = tokio::task::spawn_blocking(move || {
         let mut out = Segments {
             writer,
-            pending: Vec::with_capacity(SEGMENT_BYTES),
+            pending: Vec::new(),
             failed: None,
         };
         let finished = encoder.finish_into(&mut out);
@@ -116,10 +118,11 @@ impl Segments {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let segment = Bytes::from(std::mem::replace(
-            &mut self.pending,
-            Vec::with_capacity(SEGMENT_BYTES),
-        ));
+        let segment = Bytes::from(std::mem::take(&mut self.pending));
+        self.write_segment(segment)
+    }
+
+    fn write_segment(&mut self, segment: Bytes) -> std::io::Result<()> {
         match futures::executor::block_on(self.writer.write(segment)) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -136,9 +139,19 @@ impl Write for Segments {
         if self.failed.is_some() {
             return Err(std::io::Error::other("the data file's write failed"));
         }
-        self.pending.extend_from_slice(buf);
-        if self.pending.len() >= SEGMENT_BYTES {
+        if self.pending.len() + buf.len() > SEGMENT_BYTES {
             self.send()?;
+        }
+        if buf.len() >= SEGMENT_BYTES {
+            self.write_segment(Bytes::copy_from_slice(buf))?;
+        } else {
+            // Grows by doubling up to SEGMENT_BYTES, never past it.
+            let want = self.pending.len() + buf.len();
+            if want > self.pending.capacity() {
+                let capacity = want.next_power_of_two().min(SEGMENT_BYTES);
+                self.pending.reserve_exact(capacity - self.pending.len());
+            }
+            self.pending.extend_from_slice(buf);
         }
         Ok(buf.len())
     }
