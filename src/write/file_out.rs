@@ -160,3 +160,61 @@ impl Write for Segments {
         self.send()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A storage writer that keeps every segment it is given.
+    struct Keep(Arc<Mutex<Vec<Bytes>>>);
+
+    #[async_trait::async_trait]
+    impl FileWrite for Keep {
+        async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+            self.0.lock().expect("segments").push(bs);
+            Ok(())
+        }
+
+        async fn close(&mut self) -> iceberg::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Catches a segment buffer that holds more than a segment (or is reserved whole
+    /// before any bytes arrive) and bytes written out of order around a page larger
+    /// than a segment.
+    #[test]
+    fn segments_hold_at_most_a_segment_and_keep_the_order() {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let mut out = Segments {
+            writer: Box::new(Keep(kept.clone())),
+            pending: Vec::new(),
+            failed: None,
+        };
+        let mut expected = Vec::new();
+        let mut write = |out: &mut Segments, len: usize, byte: u8| {
+            let buf = vec![byte; len];
+            out.write_all(&buf).expect("write");
+            expected.extend_from_slice(&buf);
+            assert!(
+                out.pending.capacity() <= SEGMENT_BYTES,
+                "buffer past a segment"
+            );
+        };
+        write(&mut out, 4, 1);
+        assert!(
+            out.pending.capacity() < 4096,
+            "a whole segment reserved up front"
+        );
+        for i in 0..40 {
+            write(&mut out, 700_000, i);
+        }
+        write(&mut out, SEGMENT_BYTES + 5, 200);
+        write(&mut out, 3, 201);
+        out.flush().expect("flush");
+        let kept = kept.lock().expect("segments");
+        assert!(kept.iter().all(|s| s.len() <= SEGMENT_BYTES + 5));
+        assert_eq!(kept.concat(), expected);
+    }
+}
