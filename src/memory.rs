@@ -24,8 +24,10 @@ use crate::flight::Service;
 /// The part of the server's resident set that does not grow with the budget or the
 /// streams, in bytes: code, the tokio and rayon threads' stacks and allocator caches,
 /// the catalog and its caches, the encoders' working buffers (one Parquet page per
-/// column being encoded, the dictionaries), and the allocator's slack. Measured at 180
-/// MiB or less (debug and release builds alike, `docs/performance.md`, "Memory").
+/// column being encoded, the dictionaries), compaction's Parquet reader, and the
+/// allocator's slack. Measured at 163 MiB or less over the budget for one stream at
+/// budgets of 128 MiB to 2 GiB (debug and release builds, `docs/performance.md`,
+/// "Memory"), of which 53–98 MiB is RSS over the live heap.
 pub const FIXED_OVERHEAD_BYTES: u64 = 256 << 20;
 
 /// Per open stream, beyond its largest message: the HTTP/2 receive window of one

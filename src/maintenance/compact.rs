@@ -47,6 +47,12 @@ pub const MAX_INPUT_FILES: usize = 64;
 /// Most runs one job (one commit, one table, one pass) rewrites: with
 /// [`MAX_INPUT_FILES`], at most 512 input files per table per pass.
 pub const MAX_RUNS: usize = 8;
+/// A compacted file's row groups are cut at this many Arrow bytes of rows (or at the
+/// Parquet row-count limit, whichever comes first), and the reader of a run waits while
+/// the encoder holds more than twice this: the Arrow a run holds is bounded by about
+/// three times this (the row group filling, the one encoding, the batch just read),
+/// however fast the reader is against the encoder.
+pub const ROW_GROUP_ARROW_BYTES: u64 = 32 << 20;
 
 /// Runs of small files rewritten into new data files, not yet committed.
 #[derive(Debug)]
@@ -207,13 +213,22 @@ async fn rewrite_run(
     };
     let props = writer_properties(table).map_err(to_iceberg)?;
     let schema = table.metadata().current_schema().clone();
-    let mut encoder = FileEncoder::new(schema.clone(), props)?;
+    let mut encoder =
+        FileEncoder::new(schema.clone(), props)?.with_row_group_arrow_bytes(ROW_GROUP_ARROW_BYTES);
     for file in run {
         let path = file.file_path().to_string();
         let bytes = table.file_io().new_input(&path)?.read().await?;
         let (name, schema, target) = (name.clone(), schema.clone(), target.clone());
         encoder = tokio::task::spawn_blocking(move || {
-            read_into(&bytes, &name, &schema, &target, &mut encoder).map(|()| encoder)
+            read_into(
+                &bytes,
+                &name,
+                &schema,
+                &target,
+                &mut encoder,
+                2 * ROW_GROUP_ARROW_BYTES,
+            )
+            .map(|()| encoder)
         })
         .await
         .map_err(|e| {
@@ -229,11 +244,12 @@ async fn rewrite_run(
 
 /// Bytes a compaction run holds against `--memory-budget`: its inputs' Parquet bytes
 /// (the output's encoded column chunks, which stay in memory until the file is written,
-/// are about as large) plus twice its largest input (the input being read, and its rows
-/// decoded into the row group being filled).
+/// are about as large), its largest input (the file being read, whole), and the Arrow
+/// its rows occupy between the reader and the encoder, at most three
+/// [`ROW_GROUP_ARROW_BYTES`] ([`read_into`] waits for the encoder).
 pub(crate) fn run_reservation(run: &[DataFile]) -> u64 {
     let sizes = run.iter().map(DataFile::file_size_in_bytes);
-    sizes.clone().sum::<u64>() + 2 * sizes.max().unwrap_or(0)
+    sizes.clone().sum::<u64>() + sizes.max().unwrap_or(0) + 3 * ROW_GROUP_ARROW_BYTES
 }
 
 /// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
@@ -251,7 +267,11 @@ fn output_path(first: &str) -> String {
 }
 
 /// Reads every row of the Parquet file `bytes`, conformed to `target` (table `name`'s
-/// schema), into `encoder`, batch by batch.
+/// schema), into `encoder`, batch by batch. Before each batch it waits while the
+/// encoder holds more than `max_held` bytes of rows not yet encoded (two
+/// [`ROW_GROUP_ARROW_BYTES`] in a compaction):
+/// decoding is faster than encoding, and rows read ahead would otherwise queue on rayon
+/// (behind a put's encodes) without bound, outside the reservation. Blocking.
 ///
 /// # Errors
 /// `DataInvalid` when the bytes are not a readable Parquet file; a conform error.
@@ -261,6 +281,7 @@ fn read_into(
     schema: &iceberg::spec::Schema,
     target: &arrow_schema::SchemaRef,
     encoder: &mut FileEncoder,
+    max_held: u64,
 ) -> Result<()> {
     let invalid = |e: parquet::errors::ParquetError| {
         Error::new(ErrorKind::DataInvalid, format!("read a data file: {e}")).with_source(e)
@@ -279,6 +300,7 @@ fn read_into(
                 format!("table {name}: column {:?}: {}", e.path, e.reason),
             )
         })?;
+        encoder.wait_held_at_most(max_held);
         encoder.push(&projected);
     }
     Ok(())
@@ -443,4 +465,77 @@ fn summary(current: &Snapshot, rewrite: &Rewrite) -> HashMap<String, String> {
     properties.insert("added-files-size".into(), added_bytes.to_string());
     properties.insert("removed-files-size".into(), removed_bytes.to_string());
     properties
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::parallel::RayonGate;
+    use arrow_array::{Int64Array, RecordBatch};
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use parquet::file::properties::WriterProperties;
+
+    /// Catches compaction's reader running ahead of a slow encoder: with rayon busy (here
+    /// held), the rows it decoded queued behind the encodes without bound, outside the
+    /// run's reservation (a 2 GiB put at a 256 MiB budget peaked at 1.1 GiB).
+    #[test]
+    fn the_reader_waits_for_the_encoder() {
+        let schema = Arc::new(
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                    NestedField::required(2, "y", Type::Primitive(PrimitiveType::Long)).into(),
+                ])
+                .build()
+                .expect("schema"),
+        );
+        let target = Arc::new(iceberg::arrow::schema_to_arrow_schema(&schema).expect("arrow"));
+        // 200,000 rows of two 8-byte columns: 3.2 MB of Arrow in one Parquet file.
+        let ids: Vec<i64> = (0..200_000).collect();
+        let batch = RecordBatch::try_new(
+            target.clone(),
+            vec![
+                Arc::new(Int64Array::from(ids.clone())),
+                Arc::new(Int64Array::from(ids)),
+            ],
+        )
+        .expect("batch");
+        let mut file = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut file, target.clone(), None).expect("writer");
+        writer.write(&batch).expect("write");
+        writer.close().expect("close");
+        let bytes = bytes::Bytes::from(file);
+
+        // Row groups of 64 KiB of Arrow; the reader may hold 128 KiB, plus the batch it
+        // just read (1,024 rows, 16 KiB).
+        let (cut, max_held, read_batch) = (64 << 10, 128 << 10, 16 << 10);
+        let mut encoder = FileEncoder::new(schema.clone(), WriterProperties::builder().build())
+            .expect("encoder")
+            .with_row_group_arrow_bytes(cut);
+        let held = encoder.held_bytes_handle();
+        let gate = RayonGate::close();
+        let reader = std::thread::spawn(move || {
+            read_into(&bytes, "t.rows", &schema, &target, &mut encoder, max_held).map(|()| encoder)
+        });
+        // While nothing encodes, the held rows stop growing at the limit (or, without
+        // the wait, reach the whole file's).
+        let (mut seen, mut last, mut still) = (0u64, u64::MAX, 0);
+        while still < 50 && !reader.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let now = held.get();
+            seen = seen.max(now);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+        }
+        seen = seen.max(held.get());
+        drop(gate);
+        let encoder = reader.join().expect("reader thread").expect("read_into");
+        assert!(
+            seen <= max_held + read_batch,
+            "compaction's reader held {seen} bytes of rows while the encoder was stalled \
+             (limit {max_held} + one batch)"
+        );
+        assert_eq!(encoder.rows(), 200_000);
+    }
 }

@@ -19,16 +19,18 @@ use super::WriteError;
 use super::parallel::FileEncoder;
 use super::partition::PartitionTuple;
 
-/// Bytes gathered before each write to storage, at most one Parquet page more (an S3
-/// writer gathers them into its own parts).
+/// Bytes gathered before each write to storage, at most (an S3 writer gathers them into
+/// its own parts); a larger single write (one Parquet page over this) goes on alone.
 pub const SEGMENT_BYTES: usize = 8 << 20;
 
 /// Finishes `encoder`'s file and writes it to `path` (on the blocking pool: encoding
 /// waits and local writes block), returning its `DataFile` (path, partition tuple and
 /// spec id set); `None`, with nothing written, for a file without rows.
 ///
-/// Holds at most [`SEGMENT_BYTES`] plus one page of the file beyond its encoded column
-/// chunks.
+/// Holds at most [`SEGMENT_BYTES`] of the file beyond its encoded column chunks, and
+/// only as it is written: the segment buffer grows with the bytes in it (a file still
+/// waiting for its row groups' encodes holds a few bytes, not a segment), and every
+/// byte in it is one a freed column chunk held before.
 ///
 /// # Errors
 /// [`WriteError::Storage`] naming the file when storage refuses it,
@@ -57,7 +59,7 @@ pub async fn finish_and_write(
     let finished = tokio::task::spawn_blocking(move || {
         let mut out = Segments {
             writer,
-            pending: Vec::with_capacity(SEGMENT_BYTES),
+            pending: Vec::new(),
             failed: None,
         };
         let finished = encoder.finish_into(&mut out);
@@ -116,10 +118,11 @@ impl Segments {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let segment = Bytes::from(std::mem::replace(
-            &mut self.pending,
-            Vec::with_capacity(SEGMENT_BYTES),
-        ));
+        let segment = Bytes::from(std::mem::take(&mut self.pending));
+        self.write_segment(segment)
+    }
+
+    fn write_segment(&mut self, segment: Bytes) -> std::io::Result<()> {
         match futures::executor::block_on(self.writer.write(segment)) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -136,14 +139,82 @@ impl Write for Segments {
         if self.failed.is_some() {
             return Err(std::io::Error::other("the data file's write failed"));
         }
-        self.pending.extend_from_slice(buf);
-        if self.pending.len() >= SEGMENT_BYTES {
+        if self.pending.len() + buf.len() > SEGMENT_BYTES {
             self.send()?;
+        }
+        if buf.len() >= SEGMENT_BYTES {
+            self.write_segment(Bytes::copy_from_slice(buf))?;
+        } else {
+            // Grows by doubling up to SEGMENT_BYTES, never past it.
+            let want = self.pending.len() + buf.len();
+            if want > self.pending.capacity() {
+                let capacity = want.next_power_of_two().min(SEGMENT_BYTES);
+                self.pending.reserve_exact(capacity - self.pending.len());
+            }
+            self.pending.extend_from_slice(buf);
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.send()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A storage writer that keeps every segment it is given.
+    struct Keep(Arc<Mutex<Vec<Bytes>>>);
+
+    #[async_trait::async_trait]
+    impl FileWrite for Keep {
+        async fn write(&mut self, bs: Bytes) -> iceberg::Result<()> {
+            self.0.lock().expect("segments").push(bs);
+            Ok(())
+        }
+
+        async fn close(&mut self) -> iceberg::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Catches a segment buffer that holds more than a segment (or is reserved whole
+    /// before any bytes arrive) and bytes written out of order around a page larger
+    /// than a segment.
+    #[test]
+    fn segments_hold_at_most_a_segment_and_keep_the_order() {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let mut out = Segments {
+            writer: Box::new(Keep(kept.clone())),
+            pending: Vec::new(),
+            failed: None,
+        };
+        let mut expected = Vec::new();
+        let mut write = |out: &mut Segments, len: usize, byte: u8| {
+            let buf = vec![byte; len];
+            out.write_all(&buf).expect("write");
+            expected.extend_from_slice(&buf);
+            assert!(
+                out.pending.capacity() <= SEGMENT_BYTES,
+                "buffer past a segment"
+            );
+        };
+        write(&mut out, 4, 1);
+        assert!(
+            out.pending.capacity() < 4096,
+            "a whole segment reserved up front"
+        );
+        for i in 0..40 {
+            write(&mut out, 700_000, i);
+        }
+        write(&mut out, SEGMENT_BYTES + 5, 200);
+        write(&mut out, 3, 201);
+        out.flush().expect("flush");
+        let kept = kept.lock().expect("segments");
+        assert!(kept.iter().all(|s| s.len() <= SEGMENT_BYTES + 5));
+        assert_eq!(kept.concat(), expected);
     }
 }

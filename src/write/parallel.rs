@@ -12,7 +12,7 @@
 //! that, and the file's Iceberg metrics come from its footer ([`super::file_stats`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use arrow_array::RecordBatch;
 use arrow_array::cast::AsArray;
@@ -58,10 +58,18 @@ pub fn encode_file(
 /// One data file being encoded while its rows arrive.
 ///
 /// [`push`](Self::push) gathers rows into row groups of `max_row_group_row_count` rows
-/// (cut exactly as `ArrowWriter::write` cuts them); each full row group is handed to
-/// rayon at once, one task per top-level column plus one counting NaNs, so encoding
-/// overlaps the arrival of the next rows. [`finish`](Self::finish) encodes the last,
-/// partial row group the same way, waits, and assembles the file in schema order.
+/// (cut exactly as `ArrowWriter::write` cuts them; with
+/// [`with_row_group_arrow_bytes`](Self::with_row_group_arrow_bytes) also once a row
+/// group holds that many Arrow bytes); each full row group is handed to rayon at once,
+/// one task per top-level column plus one counting NaNs, so encoding overlaps the
+/// arrival of the next rows. [`finish`](Self::finish) encodes the last, partial row
+/// group the same way, waits, and assembles the file in schema order.
+///
+/// Every pushed batch's Arrow stays referenced until each task that reads it has run:
+/// [`held_bytes`](Self::held_bytes) counts those bytes, and
+/// [`wait_held_at_most`](Self::wait_held_at_most) lets a producer faster than the
+/// encoder (compaction's Parquet reader) wait for them instead of queueing rows on
+/// rayon without bound.
 pub struct FileEncoder {
     schema: Arc<Schema>,
     props: WriterProperties,
@@ -75,9 +83,16 @@ pub struct FileEncoder {
     /// running state: such files keep `ArrowWriter`'s own sequential cut at `finish`.
     /// skade's writer properties never set it.
     sequential: bool,
-    /// Rows of the row group still filling.
+    /// Rows of the row group still filling, and the pushed batches they slice.
     open: Vec<RecordBatch>,
+    open_held: Vec<Arc<HeldBatch>>,
     open_rows: usize,
+    /// Arrow bytes of the open row group's rows.
+    open_bytes: u64,
+    /// A row group is also cut once its rows hold this many Arrow bytes.
+    max_row_group_bytes: u64,
+    /// Arrow bytes of pushed batches that a task (or the open row group) still holds.
+    held: Arc<Held>,
     /// Every batch pushed, for the sequential path only.
     all: Vec<RecordBatch>,
     rows: u64,
@@ -92,6 +107,67 @@ pub struct FileEncoder {
 /// The in-flight encode of one row group: each column's chunks.
 struct RowGroupTasks {
     columns: Vec<Receiver<Result<Vec<ArrowColumnChunk>, ParquetError>>>,
+}
+
+/// The rows of one row group, shared by its column tasks; the batches they slice stay
+/// counted in [`Held`] until the last task drops this.
+struct RowGroupRows {
+    batches: Vec<RecordBatch>,
+    _held: Vec<Arc<HeldBatch>>,
+}
+
+/// Reads one [`FileEncoder`]'s [`FileEncoder::held_bytes`]; cheap to clone.
+#[derive(Clone)]
+pub struct HeldBytes(Arc<Held>);
+
+impl HeldBytes {
+    /// The encoder's held Arrow bytes now.
+    pub fn get(&self) -> u64 {
+        *self.0.bytes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for HeldBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("HeldBytes").field(&self.get()).finish()
+    }
+}
+
+/// Arrow bytes an encoder's pushed batches still occupy, and the signal that they fell.
+#[derive(Default)]
+struct Held {
+    bytes: Mutex<u64>,
+    fell: Condvar,
+}
+
+/// One pushed batch's bytes in [`Held`]: taken off when the last task (and the open row
+/// group) holding the batch drops it, which is when its memory can be freed.
+struct HeldBatch {
+    bytes: u64,
+    held: Arc<Held>,
+}
+
+impl HeldBatch {
+    fn new(bytes: u64, held: &Arc<Held>) -> Self {
+        *held.bytes.lock().unwrap_or_else(PoisonError::into_inner) += bytes;
+        Self {
+            bytes,
+            held: held.clone(),
+        }
+    }
+}
+
+impl Drop for HeldBatch {
+    fn drop(&mut self) {
+        let mut bytes = self
+            .held
+            .bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *bytes -= self.bytes;
+        drop(bytes);
+        self.held.fell.notify_all();
+    }
 }
 
 impl std::fmt::Debug for FileEncoder {
@@ -136,7 +212,11 @@ impl FileEncoder {
             factory,
             leaves,
             open: Vec::new(),
+            open_held: Vec::new(),
             open_rows: 0,
+            open_bytes: 0,
+            max_row_group_bytes: u64::MAX,
+            held: Arc::default(),
             all: Vec::new(),
             rows: 0,
             row_groups: Vec::new(),
@@ -145,9 +225,70 @@ impl FileEncoder {
         })
     }
 
+    /// Also cuts a row group once its rows hold `bytes` Arrow bytes (at the end of the
+    /// batch slice that reaches it), besides `max_row_group_row_count` rows. Row groups
+    /// cut so are smaller than `ArrowWriter` would make them; the rows and their order
+    /// are the same.
+    pub fn with_row_group_arrow_bytes(mut self, bytes: u64) -> Self {
+        self.max_row_group_bytes = bytes.max(1);
+        self
+    }
+
     /// Rows pushed so far.
     pub fn rows(&self) -> u64 {
         self.rows
+    }
+
+    /// Arrow bytes ([`super::batcher::batch_bytes`]) of the pushed batches whose memory
+    /// the encoder still holds: those in the open row group and those a queued or
+    /// running encode (or NaN count) task has not finished with.
+    pub fn held_bytes(&self) -> u64 {
+        *self
+            .held
+            .bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A handle reading [`held_bytes`](Self::held_bytes) from elsewhere (another thread,
+    /// while the encoder is borrowed).
+    pub fn held_bytes_handle(&self) -> HeldBytes {
+        HeldBytes(self.held.clone())
+    }
+
+    /// Blocks until [`held_bytes`](Self::held_bytes) is at most `bytes`, starting the
+    /// open row group's encode first when its rows alone hold more (so the wait always
+    /// ends: it waits only for rayon tasks). On a rayon worker it runs other rayon work
+    /// while it waits.
+    pub fn wait_held_at_most(&mut self, bytes: u64) {
+        if self.open_bytes > bytes && self.open_rows > 0 && !self.sequential {
+            self.start_row_group();
+        }
+        let on_rayon = rayon::current_thread_index().is_some();
+        let mut held = self
+            .held
+            .bytes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while *held > bytes {
+            if on_rayon {
+                drop(held);
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                held = self
+                    .held
+                    .bytes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+            } else {
+                held = self
+                    .held
+                    .fell
+                    .wait(held)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
     }
 
     /// Adds `batch` (conformed to the schema) to the file; starts encoding every row
@@ -157,23 +298,32 @@ impl FileEncoder {
             return;
         }
         self.rows += batch.num_rows() as u64;
+        let bytes = super::batcher::batch_bytes(batch);
+        let held = Arc::new(HeldBatch::new(bytes, &self.held));
         if self.has_floats {
-            let (schema, batch) = (self.schema.clone(), batch.clone());
+            let (schema, batch, held) = (self.schema.clone(), batch.clone(), held.clone());
             self.nans.push(spawn_task(move || {
-                nan_value_counts(&schema, std::slice::from_ref(&batch))
+                let counts = nan_value_counts(&schema, std::slice::from_ref(&batch));
+                drop((batch, held));
+                counts
             }));
         }
         if self.sequential {
             self.all.push(batch.clone());
+            self.open_held.push(held);
             return;
         }
+        let rows = batch.num_rows();
         let mut offset = 0;
-        while offset < batch.num_rows() {
-            let take = (batch.num_rows() - offset).min(self.max_rows - self.open_rows);
+        while offset < rows {
+            let take = (rows - offset).min(self.max_rows - self.open_rows);
             self.open.push(batch.slice(offset, take));
+            self.open_held.push(held.clone());
             offset += take;
             self.open_rows += take;
-            if self.open_rows == self.max_rows {
+            // The slice's share of the batch's bytes (rounded up).
+            self.open_bytes += (bytes * take as u64).div_ceil(rows as u64);
+            if self.open_rows == self.max_rows || self.open_bytes >= self.max_row_group_bytes {
                 self.start_row_group();
             }
         }
@@ -181,8 +331,12 @@ impl FileEncoder {
 
     /// Hands the open row group to rayon.
     fn start_row_group(&mut self) {
-        let batches: Arc<[RecordBatch]> = std::mem::take(&mut self.open).into();
+        let batches = Arc::new(RowGroupRows {
+            batches: std::mem::take(&mut self.open),
+            _held: std::mem::take(&mut self.open_held),
+        });
         self.open_rows = 0;
+        self.open_bytes = 0;
         let index = self.row_groups.len();
         let mut writers = match self.factory.create_column_writers(index) {
             Ok(writers) => writers.into_iter(),
@@ -200,7 +354,7 @@ impl FileEncoder {
             let field = self.arrow.field(column).clone();
             let batches = batches.clone();
             let rx = spawn_task(move || {
-                for batch in batches.iter() {
+                for batch in &batches.batches {
                     for (writer, leaf) in writers
                         .iter_mut()
                         .zip(compute_leaves(&field, batch.column(column))?)
@@ -432,9 +586,151 @@ fn parquet_error(e: ParquetError) -> iceberg::Error {
     iceberg::Error::new(iceberg::ErrorKind::Unexpected, "Parquet encode failed").with_source(e)
 }
 
+/// Test support: holds every worker of rayon's global pool until dropped, so nothing
+/// queued there runs (an encoder far behind its producer).
+#[cfg(test)]
+pub(crate) struct RayonGate {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+#[cfg(test)]
+impl RayonGate {
+    /// Returns once every global rayon worker is held.
+    pub(crate) fn close() -> Self {
+        // Two gates closing at once would each hold some workers and wait for the rest.
+        static GATES: Mutex<()> = Mutex::new(());
+        let one_at_a_time = GATES.lock().unwrap_or_else(PoisonError::into_inner);
+        let workers = rayon::current_num_threads();
+        let entered = Arc::new(std::sync::Barrier::new(workers + 1));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let wait = Arc::new(Mutex::new(wait));
+        for _ in 0..workers {
+            let (entered, wait) = (entered.clone(), wait.clone());
+            rayon::spawn(move || {
+                entered.wait();
+                // Each worker waits its turn on the lock, then for the channel to close.
+                let _ = wait.lock().map(|rx| rx.recv());
+            });
+        }
+        entered.wait();
+        Self {
+            release: Some(release),
+            _one_at_a_time: one_at_a_time,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Drop for RayonGate {
+    fn drop(&mut self) {
+        drop(self.release.take());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::{Float64Array, Int64Array};
+    use iceberg::spec::PrimitiveType;
+
+    /// `id long, y long`, or with `doubles` `id long, x double` (whose batches a NaN
+    /// count task also reads).
+    fn schema(doubles: bool) -> Arc<Schema> {
+        let second = match doubles {
+            true => NestedField::optional(2, "x", Type::Primitive(PrimitiveType::Double)),
+            false => NestedField::optional(2, "y", Type::Primitive(PrimitiveType::Long)),
+        };
+        Arc::new(
+            Schema::builder()
+                .with_fields(vec![
+                    NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                    second.into(),
+                ])
+                .build()
+                .expect("schema"),
+        )
+    }
+
+    fn batch(arrow: &ArrowSchemaRef, first: i64, rows: i64) -> RecordBatch {
+        let ids: Vec<i64> = (first..first + rows).collect();
+        let second: ArrayRef = match arrow.field(1).data_type() {
+            DataType::Float64 => Arc::new(Float64Array::from_iter_values(
+                ids.iter().map(|&i| i as f64 / 3.0),
+            )),
+            _ => Arc::new(Int64Array::from(ids.clone())),
+        };
+        RecordBatch::try_new(arrow.clone(), vec![Arc::new(Int64Array::from(ids)), second])
+            .expect("batch")
+    }
+
+    /// Catches rows the encoder still references but does not count (a task or the open
+    /// row group keeping a batch past its count) and a count that never falls back.
+    #[test]
+    fn held_bytes_count_the_rows_until_their_tasks_ran() {
+        for doubles in [false, true] {
+            held_until_encoded(schema(doubles));
+        }
+    }
+
+    fn held_until_encoded(schema: Arc<Schema>) {
+        let arrow = Arc::new(schema_to_arrow_schema(&schema).expect("arrow schema"));
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(10_000))
+            .build();
+        let mut encoder = FileEncoder::new(schema, props).expect("encoder");
+        let batches: Vec<RecordBatch> = (0..8).map(|i| batch(&arrow, i * 4_000, 4_000)).collect();
+        let pushed: u64 = batches.iter().map(super::super::batcher::batch_bytes).sum();
+        {
+            let _gate = RayonGate::close();
+            for b in &batches {
+                encoder.push(b);
+            }
+            drop(batches);
+            // 32,000 rows: three row groups queued, 2,000 rows still open; nothing ran.
+            assert_eq!(encoder.held_bytes(), pushed);
+        }
+        encoder.wait_held_at_most(0);
+        assert_eq!(
+            encoder.held_bytes(),
+            0,
+            "the open row group is started and encoded"
+        );
+        let (bytes, _) = encoder.finish().expect("finish").expect("rows");
+        let reader = parquet::file::reader::SerializedFileReader::new(bytes).expect("parquet");
+        let rows = parquet::file::reader::FileReader::metadata(&reader)
+            .file_metadata()
+            .num_rows();
+        assert_eq!(rows, 32_000);
+    }
+
+    /// Catches a row-group cut by Arrow bytes that is ignored: without it a producer
+    /// waiting on held bytes could wait on the open row group forever.
+    #[test]
+    fn row_groups_are_cut_at_the_arrow_byte_limit() {
+        let schema = schema(false);
+        let arrow = Arc::new(schema_to_arrow_schema(&schema).expect("arrow schema"));
+        // 1,000 rows of two 8-byte columns: 16,000 bytes a batch; cut at 40,000 bytes.
+        let mut encoder = FileEncoder::new(schema, WriterProperties::builder().build())
+            .expect("encoder")
+            .with_row_group_arrow_bytes(40_000);
+        for i in 0..10 {
+            encoder.push(&batch(&arrow, i * 1_000, 1_000));
+        }
+        let mut out = Vec::new();
+        encoder
+            .finish_into(&mut out)
+            .expect("finish")
+            .expect("rows");
+        let reader =
+            parquet::file::reader::SerializedFileReader::new(Bytes::from(out)).expect("parquet");
+        let groups: Vec<i64> = parquet::file::reader::FileReader::metadata(&reader)
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        assert_eq!(groups, vec![3_000, 3_000, 3_000, 1_000]);
+    }
 
     #[test]
     fn a_panicking_task_is_an_error_not_an_abort() {
