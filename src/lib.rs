@@ -95,6 +95,21 @@ pub enum StartError {
         /// Its current metadata location.
         location: String,
     },
+    /// A shared catalog holds a table whose files are not under this instance's
+    /// `--warehouse`: the instances sharing the catalog were given different warehouses.
+    #[error(
+        "the catalog database {database} holds the table {table} at {location}, which is not under the warehouse {warehouse} (--warehouse): give every instance sharing --catalog the same --warehouse"
+    )]
+    SharedTableOutsideWarehouse {
+        /// Host, port and database of `--catalog`.
+        database: String,
+        /// The configured warehouse root.
+        warehouse: String,
+        /// The first such table (dotted).
+        table: String,
+        /// Its current metadata location.
+        location: String,
+    },
     /// The PostgreSQL catalog (`--catalog`) could not be used: a bad URL, a database that
     /// refuses or does not answer, or a schema that cannot be created.
     #[error("{0}")]
@@ -546,12 +561,30 @@ async fn refuse_tables_outside_warehouse(
     let outside = catalog
         .first_table_outside_warehouse()
         .await
-        .map_err(|source| StartError::Catalog {
-            path: data_dir.join("catalog.redb"),
-            source: Box::new(source),
+        .map_err(|source| match catalog.database() {
+            Some(pg) => StartError::Database(format!(
+                "cannot read the catalog database {} (--catalog): {}",
+                pg.target(),
+                source.message()
+            )),
+            None => StartError::Catalog {
+                path: data_dir.join("catalog.redb"),
+                source: Box::new(source),
+            },
         })?;
     match outside {
         None => Ok(()),
+        Some((table, location)) if catalog.database().is_some() => {
+            Err(StartError::SharedTableOutsideWarehouse {
+                database: catalog
+                    .database()
+                    .map(|pg| pg.target().to_string())
+                    .unwrap_or_default(),
+                warehouse: catalog.warehouse().root(),
+                table: table.to_string(),
+                location,
+            })
+        }
         Some((table, location)) => Err(StartError::TableOutsideWarehouse {
             data_dir: data_dir.to_path_buf(),
             warehouse: catalog.warehouse().root(),

@@ -178,3 +178,34 @@ async fn instances_starting_together_create_the_schema_once() {
         "4"
     );
 }
+
+// Catches an instance serving a shared catalog through another warehouse than the one
+// its tables are in (it would answer ready while their puts and reads fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_with_another_warehouse_is_refused_at_start() {
+    let pg = PgCluster::start();
+    let url = pg.create_database("other_warehouse");
+    let (one, other) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let first = on_database(&url, one.path()).await;
+    let mut client = first.client().await;
+    put(&mut client, &PATH, vec![synthetic_batch(0, 10)])
+        .await
+        .expect("put");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut config = skade::config::Config::for_tests(dir.path());
+    config.catalog.url = Some(url.clone());
+    config.storage.warehouse = Some(other.path().display().to_string());
+    let refused = skade::start(config)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.contains("shared.events") && refused.contains("the same --warehouse"),
+        "{refused}"
+    );
+    first.stop().await;
+}
