@@ -198,11 +198,10 @@ async fn an_instance_with_another_warehouse_is_refused_at_start() {
     let mut config = skade::config::Config::for_tests(dir.path());
     config.catalog.url = Some(url.clone());
     config.storage.warehouse = Some(other.path().display().to_string());
-    let refused = skade::start(config)
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let Err(refused) = skade::start(config).await else {
+        panic!("an instance with another warehouse started");
+    };
+    let refused = refused.to_string();
     assert!(
         refused.contains("shared.events") && refused.contains("the same --warehouse"),
         "{refused}"

@@ -13,7 +13,7 @@
 use deadpool_postgres::Object;
 
 /// The advisory lock key migrations take (`pg_advisory_xact_lock`): "skade" in ASCII.
-const MIGRATION_LOCK: i64 = 0x736b_6164_65;
+const MIGRATION_LOCK: i64 = 0x0073_6b61_6465;
 
 /// Each step's SQL, in order; step `n` (1-based) is applied when the stored version is
 /// below `n`. Steps are never edited once released: a change is a new step.
