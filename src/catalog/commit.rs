@@ -16,7 +16,8 @@
 //! 4. run the caller's `stage(&current)` — the only part that differs between callers;
 //! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
 //!    transaction, group-committed);
-//! 6. on a retryable conflict of the release, go back to 2 under [`COMMIT_POLICY`].
+//! 6. on a retryable conflict of the release, go back to 2 under [`COMMIT_POLICY`]
+//!    ([`SHARED_COMMIT_POLICY`] on a shared catalog).
 //!
 //! # The policy, the same for every caller
 //! - A conflict *of the release* that iceberg marks retryable (a requirement failed or a
@@ -25,6 +26,10 @@
 //!   now stand, at most [`COMMIT_RETRIES`] times, waiting [`RETRY_BASE_WAIT`] before the
 //!   first re-stage and twice as long before each further one (20, 40, 80, 160 ms) — the
 //!   count of iceberg's `commit.retry.num-retries` default, Java's exponential backoff.
+//!   On a shared (PostgreSQL) catalog, where other instances' commits of the same table
+//!   do not wait for this process's turn, [`SHARED_COMMIT_POLICY`] applies instead: up
+//!   to 12 re-stages, each wait capped at 320 ms and jittered (half to all of it) so
+//!   that instances that conflicted together do not stage again in lockstep.
 //! - An error of `stage` is never retried: the stage saw the table as it stands and
 //!   refused to build on it. This is how callers that commit *someone else's*
 //!   requirements (a REST `updateTable`, the `iceberg::Catalog` face) refuse a failed
@@ -56,25 +61,56 @@ pub const COMMIT_RETRIES: u32 = 4;
 /// The wait before the first re-stage; it doubles before each further one.
 pub const RETRY_BASE_WAIT: Duration = Duration::from_millis(20);
 
-/// The driver's retry policy (module docs): count and first wait.
+/// The driver's retry policy (module docs): count, first wait, longest wait, and whether
+/// each wait is jittered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitPolicy {
     /// Re-stages after a retryable conflict before failing.
     pub retries: u32,
     /// Wait before the first re-stage; doubled before each further one.
     pub base_wait: Duration,
+    /// The longest wait before one re-stage.
+    pub max_wait: Duration,
+    /// Each wait is drawn between half of it and all of it, so that commits which
+    /// conflicted together do not stage again in lockstep.
+    pub jitter: bool,
 }
 
-/// The one policy every commit runs under.
+/// The policy of every commit on the embedded redb catalog: this process's commit turns
+/// already serialize its commits of one table, so a conflict is rare (a commit made
+/// without the turn); iceberg's `commit.retry.num-retries` default.
 pub const COMMIT_POLICY: CommitPolicy = CommitPolicy {
     retries: COMMIT_RETRIES,
     base_wait: RETRY_BASE_WAIT,
+    max_wait: Duration::from_millis(160),
+    jitter: false,
+};
+
+/// The policy of every commit on a shared (PostgreSQL) catalog: commit turns are per
+/// process, so instances committing one table conflict whenever their commits overlap;
+/// more re-stages, each wait jittered and capped at 320 ms, let them take turns
+/// (measured in `skade-bench -- shared`, counted in `skade_commit_conflicts_total`).
+pub const SHARED_COMMIT_POLICY: CommitPolicy = CommitPolicy {
+    retries: 12,
+    base_wait: RETRY_BASE_WAIT,
+    max_wait: Duration::from_millis(320),
+    jitter: true,
 };
 
 impl CommitPolicy {
     /// The wait before re-stage number `attempt` (1-based).
     fn wait(&self, attempt: u32) -> Duration {
-        self.base_wait * 2u32.saturating_pow(attempt.saturating_sub(1))
+        let full = (self.base_wait * 2u32.saturating_pow(attempt.saturating_sub(1).min(16)))
+            .min(self.max_wait);
+        if !self.jitter {
+            return full;
+        }
+        // A fresh random draw per wait (std's per-map random keys), in [full/2, full].
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(attempt);
+        let fraction = (hasher.finish() % 1024) as u32;
+        full / 2 + (full / 2) * fraction / 1024
     }
 }
 
@@ -274,7 +310,11 @@ impl RedbCatalog {
                 ),
             ));
         }
-        let policy = COMMIT_POLICY;
+        let policy = if self.is_shared() {
+            SHARED_COMMIT_POLICY
+        } else {
+            COMMIT_POLICY
+        };
         let mut attempt = 0;
         loop {
             // The first attempt builds on the caller's handles where they are still

@@ -57,8 +57,8 @@ use redb::Database;
 
 pub use blocking::run_blocking_io;
 pub use commit::{
-    COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome, StageResult,
-    Staged,
+    COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome,
+    SHARED_COMMIT_POLICY, StageResult, Staged,
 };
 pub use counters::{CommitCounts, redb_commit_count};
 use error::{io_error, redb_error};
