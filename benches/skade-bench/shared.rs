@@ -119,19 +119,43 @@ async fn start_server(
 }
 
 /// `puts` tiny puts (10 rows each, one commit each) by one client into `bench.<table>`,
-/// ids from `first_id`; returns the seconds they took.
-async fn tiny_puts(client: &mut FlightClient, table: &str, puts: usize, first_id: i64) -> f64 {
+/// ids from `first_id`. A put the server ends with `Aborted` (its commit lost the
+/// compare-and-swap more times than the server re-stages it; nothing was committed) is
+/// sent again, as a producer would. Returns the seconds they took and the aborted tries.
+async fn tiny_puts(
+    client: &mut FlightClient,
+    table: &str,
+    puts: usize,
+    first_id: i64,
+) -> (f64, usize) {
     let started = Instant::now();
+    let mut aborted = 0;
     for i in 0..puts {
-        put(
-            client,
-            table,
-            schema(),
-            vec![batch(first_id + (i * 10) as i64, 10)],
-        )
-        .await;
+        let rows = batch(first_id + (i * 10) as i64, 10);
+        loop {
+            let data = FlightDataEncoderBuilder::new()
+                .with_schema(schema())
+                .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+                    "bench".into(),
+                    table.into(),
+                ])))
+                .build(futures::stream::iter([Ok(rows.clone())]));
+            let acks: Result<Vec<_>, _> = match client.do_put(data).await {
+                Ok(stream) => stream.try_collect().await,
+                Err(e) => Err(e),
+            };
+            match acks {
+                Ok(_) => break,
+                Err(arrow_flight::error::FlightError::Tonic(status))
+                    if status.code() == tonic::Code::Aborted =>
+                {
+                    aborted += 1;
+                }
+                Err(e) => panic!("tiny put into bench.{table}: {e}"),
+            }
+        }
     }
-    started.elapsed().as_secs_f64()
+    (started.elapsed().as_secs_f64(), aborted)
 }
 
 /// One stream of tiny puts into one table of a fresh server: commits/s (after one
@@ -141,7 +165,8 @@ async fn one_stream(catalog: Option<&str>, puts: usize) -> f64 {
     let (running, dir) = start_server(catalog, None).await;
     let mut client = connect(running.flight_addr).await;
     tiny_puts(&mut client, "one", 1, 0).await;
-    let secs = tiny_puts(&mut client, "one", puts, 10).await;
+    let (secs, aborted) = tiny_puts(&mut client, "one", puts, 10).await;
+    assert_eq!(aborted, 0, "a lone stream's commit conflicted");
     running.shutdown_and_wait().await.expect("shutdown");
     drop(dir);
     puts as f64 / secs
@@ -171,6 +196,8 @@ struct Fleet {
     conflicts: f64,
     /// `skade_catalog_commits_total` summed likewise (PostgreSQL transactions).
     transactions: f64,
+    /// Puts the server ended with `Aborted` (sent again), over the timed puts.
+    aborted: usize,
 }
 
 /// Three instances on database `url` and one new warehouse dir, one stream of `puts`
@@ -211,8 +238,9 @@ async fn three_instances(url: &str, puts: usize, one_table: bool) -> Fleet {
             tiny_puts(&mut client, &table, puts, (i * 1_000_000_000 + 10) as i64).await
         }));
     }
+    let mut aborted = 0;
     for task in tasks {
-        task.await.expect("stream");
+        aborted += task.await.expect("stream").1;
     }
     let secs = started.elapsed().as_secs_f64();
     let mut after = Vec::new();
@@ -228,7 +256,9 @@ async fn three_instances(url: &str, puts: usize, one_table: bool) -> Fleet {
         commits_per_s: (3 * puts) as f64 / secs,
         commits: 3 * puts,
         conflicts: counts(&after, COMMIT_CONFLICTS_TOTAL) - counts(&before, COMMIT_CONFLICTS_TOTAL),
-        transactions: counts(&after, CATALOG_COMMITS_TOTAL) - counts(&before, CATALOG_COMMITS_TOTAL),
+        transactions: counts(&after, CATALOG_COMMITS_TOTAL)
+            - counts(&before, CATALOG_COMMITS_TOTAL),
+        aborted,
     }
 }
 
@@ -334,30 +364,38 @@ pub(crate) async fn shared(runs: usize) {
             .iter()
             .map(|f| f.commits as f64 / f.transactions.max(1.0))
             .collect();
-        (summary(&rates), summary(&retries), summary(&per_txn).0)
+        let aborted: Vec<String> = lane.iter().map(|f| f.aborted.to_string()).collect();
+        (
+            summary(&rates),
+            summary(&retries),
+            summary(&per_txn).0,
+            aborted.join(", "),
+        )
     };
-    let ((o, o_min, o_max), (o_r, o_r_min, o_r_max), o_txn) = fleet(&one_table);
-    let ((t, t_min, t_max), (t_r, t_r_min, t_r_max), t_txn) = fleet(&three_tables);
+    let ((o, o_min, o_max), (o_r, o_r_min, o_r_max), o_txn, o_ab) = fleet(&one_table);
+    let ((t, t_min, t_max), (t_r, t_r_min, t_r_max), t_txn, t_ab) = fleet(&three_tables);
     let met = |ok: bool| if ok { "met" } else { "not met" };
     println!(
         "shared: redb vs PostgreSQL catalog (private cluster, fsync and synchronous_commit on), {runs} runs, medians (min–max); {puts} tiny puts (10 rows) per stream, large put {rows} rows"
     );
-    println!("| lane | commits/s | min–max | retries per commit | commits per catalog transaction |");
-    println!("| --- | --- | --- | --- | --- |");
-    println!("| redb, 1 instance, 1 stream | {rc:.0} | {rc_min:.0}–{rc_max:.0} | | |");
-    println!("| postgres, 1 instance, 1 stream | {pc:.0} | {pc_min:.0}–{pc_max:.0} | | |");
     println!(
-        "| postgres, 3 instances, 1 stream each, 1 table | {o:.0} | {o_min:.0}–{o_max:.0} | {o_r:.2} ({o_r_min:.2}–{o_r_max:.2}) | {o_txn:.2} |"
+        "| lane | commits/s | min–max | retries per commit (min–max) | commits per catalog transaction | puts aborted and sent again (per run) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    println!("| redb, 1 instance, 1 stream | {rc:.0} | {rc_min:.0}–{rc_max:.0} | | | |");
+    println!("| postgres, 1 instance, 1 stream | {pc:.0} | {pc_min:.0}–{pc_max:.0} | | | |");
+    println!(
+        "| postgres, 3 instances, 1 stream each, 1 table | {o:.0} | {o_min:.0}–{o_max:.0} | {o_r:.2} ({o_r_min:.2}–{o_r_max:.2}) | {o_txn:.2} | {o_ab} |"
     );
     println!(
-        "| postgres, 3 instances, 1 stream each, 3 tables | {t:.0} | {t_min:.0}–{t_max:.0} | {t_r:.2} ({t_r_min:.2}–{t_r_max:.2}) | {t_txn:.2} |"
+        "| postgres, 3 instances, 1 stream each, 3 tables | {t:.0} | {t_min:.0}–{t_max:.0} | {t_r:.2} ({t_r_min:.2}–{t_r_max:.2}) | {t_txn:.2} | {t_ab} |"
     );
-    println!("| raw PostgreSQL one-row UPDATE, 1 connection | {floor_one:.0} | | | |");
-    println!("| raw PostgreSQL one-row UPDATE, 3 connections, same row | {floor_row:.0} | | | |");
-    println!("| raw PostgreSQL one-row UPDATE, 16 connections, 16 rows | {floor_db:.0} | | | |");
-    println!("| lane | rows/s | min–max | | |");
-    println!("| redb, 1 large put | {rr:.0} | {rr_min:.0}–{rr_max:.0} | | |");
-    println!("| postgres, 1 large put | {pr:.0} | {pr_min:.0}–{pr_max:.0} | | |");
+    println!("| raw PostgreSQL one-row UPDATE, 1 connection | {floor_one:.0} | | | | |");
+    println!("| raw PostgreSQL one-row UPDATE, 3 connections, same row | {floor_row:.0} | | | | |");
+    println!("| raw PostgreSQL one-row UPDATE, 16 connections, 16 rows | {floor_db:.0} | | | | |");
+    println!("| lane | rows/s | min–max | | | |");
+    println!("| redb, 1 large put | {rr:.0} | {rr_min:.0}–{rr_max:.0} | | | |");
+    println!("| postgres, 1 large put | {pr:.0} | {pr_min:.0}–{pr_max:.0} | | | |");
     println!(
         "shared: postgres/redb commits = {:.2} (target ≥ 0.7: {}); postgres {pc:.0} commits/s, redb {rc:.0} commits/s",
         pc / rc,
@@ -370,8 +408,12 @@ pub(crate) async fn shared(runs: usize) {
         pr / 1e6,
         rr / 1e6
     );
-    println!("shared: 3 instances, 1 table: {o:.0} commits/s, {o_r:.2} retries per commit");
-    println!("shared: 3 instances, 3 tables: {t:.0} commits/s, {t_r:.2} retries per commit");
+    println!(
+        "shared: 3 instances, 1 table: {o:.0} commits/s, {o_r:.2} retries per commit; puts aborted after the server's re-stages and sent again: {o_ab}"
+    );
+    println!(
+        "shared: 3 instances, 3 tables: {t:.0} commits/s, {t_r:.2} retries per commit; puts aborted and sent again: {t_ab}"
+    );
     println!(
         "shared: PostgreSQL floor: {floor_one:.0} commits/s on 1 connection, {floor_row:.0} on one row from 3, {floor_db:.0} on 16 rows from 16"
     );
