@@ -55,6 +55,13 @@
 //!   `SKADE_S3_DELAY_MS`, 20, per request) vs local: ingest rows/s S3/local, the
 //!   overlapped vs serial committer on S3, one-stream commit p50 vs the relay's requests
 //!   per commit (`object_storage.rs` lists its knobs; needs `.venv` with `moto[server]`).
+//! - `shared`: the PostgreSQL catalog vs redb on a private cluster (`tests/pg/cluster.sh`,
+//!   started and stopped by the arm): one stream of tiny puts (`SKADE_SHARED_PUTS`, 200)
+//!   commits/s postgres/redb (target ≥ 0.7) and one large put (`SKADE_SHARED_ROWS`,
+//!   2,000,000) rows/s postgres/redb (target ≥ 0.95); three in-process instances on one
+//!   database and one warehouse, a stream each, into ONE table and into three: total
+//!   commits/s and compare-and-swap retries per commit; PostgreSQL's raw one-row `UPDATE`
+//!   commit rate beside them (docs/scale-out.md).
 
 /// The server binary's allocator (`src/main.rs`): the bench runs the server in this
 /// process, so its memory figures are the server's.
@@ -70,6 +77,7 @@ mod multi;
 mod object_storage;
 mod overlap;
 mod peers;
+mod shared;
 mod sink;
 mod tpch;
 
@@ -86,6 +94,7 @@ const ARMS: &[&str] = &[
     "peers",
     "table_age",
     "object_storage",
+    "shared",
 ];
 
 fn main() {
@@ -131,6 +140,7 @@ fn main() {
                 "peers" => peers::peers(runs).await,
                 "table_age" => age::table_age().await,
                 "object_storage" => object_storage::object_storage(runs).await,
+                "shared" => shared::shared(runs).await,
                 other => unreachable!("arm {other:?} was checked above"),
             }
         }

@@ -29,11 +29,11 @@ struct Sample {
 }
 
 /// One scrape of the server's `/metrics` (Prometheus text format).
-struct Scrape(Vec<Sample>);
+pub(crate) struct Scrape(Vec<Sample>);
 
 impl Scrape {
     /// GETs `/metrics` from `addr` (HTTP/1.0, one request per connection).
-    async fn take(addr: SocketAddr) -> Self {
+    pub(crate) async fn take(addr: SocketAddr) -> Self {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(addr)
             .await
@@ -102,7 +102,7 @@ impl Scrape {
 
     /// Sum of the samples named `name` with `labels`; 0 when there is none (a metric
     /// with labels appears only after its first observation).
-    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.matching(name, labels).map(|s| s.value).sum()
     }
 
