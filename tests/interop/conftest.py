@@ -352,6 +352,16 @@ def launch_skade(
         )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_proxy_for_loopback() -> Iterator[None]:
+    """pyiceberg's ``requests`` session honours ``http_proxy``; every server here is on
+    loopback."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
+        mp.setenv("no_proxy", "127.0.0.1,localhost")
+        yield
+
+
 @pytest.fixture(scope="session")
 def skade_local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkadeServer]:
     """Start ``skade serve`` on free loopback ports with a fresh data dir."""

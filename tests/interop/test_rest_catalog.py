@@ -53,15 +53,6 @@ _NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # ---------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_proxy_for_loopback():
-    """pyiceberg's ``requests`` session honours ``http_proxy``; the server is loopback."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        mp.setenv("no_proxy", "127.0.0.1,localhost")
-        yield
-
-
 def rest_catalog(server):
     return load_catalog("skade", type="rest", uri=server.metrics_url)
 

@@ -56,15 +56,6 @@ name to see skade's rows."""
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_proxy_for_loopback():
-    """pyiceberg's ``requests`` session honours ``http_proxy``; the servers are loopback."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NO_PROXY", "127.0.0.1,localhost")
-        mp.setenv("no_proxy", "127.0.0.1,localhost")
-        yield
-
-
 # ----------------------------------------------------------------------- helpers
 
 
