@@ -124,45 +124,10 @@ pub enum GcError {
         #[source]
         source: Box<iceberg::Error>,
     },
-    /// Listing, inspecting or removing objects of an object-store warehouse failed.
-    #[error("{what} {location}: {source}")]
-    Store {
-        /// What was being done.
-        what: &'static str,
-        /// The location concerned (`s3://bucket/key`).
-        location: String,
-        /// The object store's error (as iceberg's, with OpenDAL's as its source).
-        #[source]
-        source: Box<iceberg::Error>,
-    },
-    /// Listing, inspecting or removing a file failed.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path concerned.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl From<StorageError> for GcError {
-    fn from(e: StorageError) -> Self {
-        match e {
-            StorageError::Io { what, path, source } => Self::Io { what, path, source },
-            StorageError::Store {
-                what,
-                location,
-                source,
-            } => Self::Store {
-                what,
-                location,
-                source,
-            },
-        }
-    }
+    /// Listing, inspecting or removing a file or object of the warehouse failed (the
+    /// storage layer's error, its message unchanged).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
 /// Removes the orphan files of every table of the catalog in `data_dir`, whose warehouse
@@ -190,7 +155,7 @@ pub async fn collect_garbage(data_dir: &Path, options: GcOptions) -> Result<GcRe
 /// # Errors
 /// [`GcError::NoCatalog`] when `data_dir` has no `catalog.redb`; [`GcError::InUse`] when a
 /// running server holds it; [`GcError::Table`] when any table's metadata cannot be read
-/// (then nothing is removed); [`GcError::Io`] or [`GcError::Store`] for a listing or
+/// (then nothing is removed); [`GcError::Storage`] for a listing or
 /// removal that failed.
 pub async fn collect_garbage_in(
     data_dir: &Path,
@@ -340,7 +305,7 @@ impl ReferenceWalker {
 /// recording it in `report`.
 ///
 /// # Errors
-/// [`GcError::Io`] or [`GcError::Store`] for a listing or removal that failed; files
+/// [`GcError::Storage`] for a listing or removal that failed; files
 /// removed before it stay removed.
 async fn remove_orphans(
     store: &FileStore,

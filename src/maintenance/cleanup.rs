@@ -245,7 +245,7 @@ impl Sweeper {
     ///
     /// # Errors
     /// [`GcError::Table`] when a table's manifest list or manifest cannot be read (then
-    /// nothing is removed); [`GcError::Io`] or [`GcError::Store`] when listing or
+    /// nothing is removed); [`GcError::Storage`] when listing or
     /// removing failed (files not yet removed stay, and keep waiting).
     pub(crate) async fn sweep(
         &mut self,
