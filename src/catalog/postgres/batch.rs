@@ -184,10 +184,7 @@ impl PgStore {
                     let (ns, name) = split_table(&flip.key)?;
                     let inserted = savepoint
                         .execute(
-                            "INSERT INTO iceberg_tables (catalog_name, table_namespace,
-                               table_name, metadata_location, previous_metadata_location,
-                               iceberg_type)
-                             VALUES ($1, $2, $3, $4, NULL, 'TABLE') ON CONFLICT DO NOTHING",
+                            super::rows::INSERT_TABLE,
                             &[&catalog, &ns, &name, &flip.new],
                         )
                         .await

@@ -264,7 +264,12 @@ pub(crate) struct Leases {
 struct LeaseConnection {
     client: tokio_postgres::Client,
     held: std::collections::HashSet<i64>,
+    /// When the connection last answered.
+    checked: std::time::Instant,
 }
+
+/// How long a lease connection that answered is trusted without asking again.
+const LEASE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Renews `store`'s registration every [`HEARTBEAT_EVERY`] until the store is dropped.
 /// A failed renewal is logged once per outage (the database may be down; commits fail
@@ -303,11 +308,17 @@ impl PgStore {
     /// no lease.
     pub(crate) async fn hold_lease(&self, parts: &[&str]) -> Result<bool> {
         let mut conn = self.leases.conn.lock().await;
-        if let Some(open) = conn.as_ref()
-            && (open.client.is_closed() || open.client.simple_query("SELECT 1").await.is_err())
+        // The connection is asked whether it still answers at most once a second, so a
+        // pass over many tables costs one round trip for it, not one per table.
+        if let Some(open) = conn.as_mut()
+            && (open.client.is_closed() || open.checked.elapsed() >= LEASE_CHECK_EVERY)
         {
-            tracing::warn!("the maintenance lease connection broke: its leases are released");
-            *conn = None;
+            if open.client.is_closed() || open.client.simple_query("SELECT 1").await.is_err() {
+                tracing::warn!("the maintenance lease connection broke: its leases are released");
+                *conn = None;
+            } else {
+                open.checked = std::time::Instant::now();
+            }
         }
         if conn.is_none() {
             let (client, connection) = self
@@ -321,6 +332,7 @@ impl PgStore {
             *conn = Some(LeaseConnection {
                 client,
                 held: std::collections::HashSet::new(),
+                checked: std::time::Instant::now(),
             });
         }
         let Some(open) = conn.as_mut() else {

@@ -18,6 +18,13 @@ use crate::catalog::marks::WriterMark;
 /// The property the JDBC catalog writes for a namespace without properties.
 pub(crate) const EXISTS_PROPERTY: &str = "exists";
 
+/// Inserts a new table's row (`$1` catalog, `$2` namespace, `$3` name, `$4` metadata
+/// location) unless a row holds the name: 0 rows inserted means the table exists. The
+/// row the JDBC catalog writes for a table: no previous location, `iceberg_type` `TABLE`.
+pub(super) const INSERT_TABLE: &str = "INSERT INTO iceberg_tables (catalog_name,
+    table_namespace, table_name, metadata_location, previous_metadata_location, iceberg_type)
+    VALUES ($1, $2, $3, $4, NULL, 'TABLE') ON CONFLICT DO NOTHING";
+
 /// The `iceberg_type` condition of a table row.
 const IS_TABLE: &str = "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
 
@@ -365,12 +372,7 @@ impl PgStore {
         let ns = namespace_string(levels)?;
         let client = self.client().await?;
         let inserted = client
-            .execute(
-                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name,
-                   metadata_location, previous_metadata_location, iceberg_type)
-                 VALUES ($1, $2, $3, $4, NULL, 'TABLE') ON CONFLICT DO NOTHING",
-                &[&self.catalog, &ns, &name, &location],
-            )
+            .execute(INSERT_TABLE, &[&self.catalog, &ns, &name, &location])
             .await
             .map_err(|e| self.error(e))?;
         if inserted == 0 {
