@@ -60,6 +60,13 @@ pub struct GcConfig {
     /// variables): gc must see the tables where the server wrote them.
     #[command(flatten)]
     pub storage: StorageConfig,
+
+    /// The servers' catalog flags (`--catalog`, `--catalog-name`, `--catalog-pool-size`):
+    /// unset, the redb catalog in `--data-dir` (gc refuses it while a server holds it);
+    /// a PostgreSQL catalog is collected beside its running instances, keeping every
+    /// file an open write on any of them may still commit.
+    #[command(flatten)]
+    pub catalog: CatalogConfig,
 }
 
 /// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.

@@ -63,10 +63,14 @@
 //!   commits/s and compare-and-swap retries per commit; PostgreSQL's raw one-row `UPDATE`
 //!   commit rate beside them (docs/scale-out.md).
 
-/// The server binary's allocator (`src/main.rs`): the bench runs the server in this
-/// process, so its memory figures are the server's.
+/// The server binary's allocator (`src/main.rs`) with its settings (`src/allocator.rs`,
+/// applied at the start of `main`): the bench runs the server in this process, so its
+/// speed and memory figures are the server's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[path = "../../src/allocator.rs"]
+mod allocator;
 
 mod age;
 mod commit;
@@ -98,6 +102,8 @@ const ARMS: &[&str] = &[
 ];
 
 fn main() {
+    allocator::tune();
+    skade::memory::set_release_hook(allocator::release_free_memory);
     let runs = env_usize("SKADE_BENCH_RUNS", 3).max(1);
     let arms: Vec<String> = std::env::args()
         .skip(1)

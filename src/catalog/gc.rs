@@ -20,9 +20,17 @@
 //! through `storage::file_store::FileStore`); anything else under the warehouse is left
 //! alone.
 //!
-//! gc holds the catalog open for the whole run, so it cannot run beside a live server:
-//! redb's file lock makes the open fail ([`GcError::InUse`]), and a server started
-//! meanwhile fails to start.
+//! On the embedded redb catalog gc holds the catalog open for the whole run, so it
+//! cannot run beside a live server: redb's file lock makes the open fail
+//! ([`GcError::InUse`]), and a server started meanwhile fails to start.
+//!
+//! On a shared PostgreSQL catalog ([`collect_garbage_shared`]) gc runs beside the
+//! instances serving it, as one more member of the cluster
+//! ([`super::postgres::cluster`]): before it reads any table it asks the database for the
+//! oldest write pin of every live instance ([`RedbCatalog::oldest_write_pin_anywhere`]),
+//! and it keeps every file modified at or after that instant, so a put or transaction
+//! still open on any instance — whose files no table references yet — keeps its files.
+//! A writer that opens after that read writes only files newer than the pin.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -91,6 +99,14 @@ impl std::fmt::Display for GcReport {
 /// a failure while removing leaves the files not yet removed in place.
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
+    /// The shared catalog database (`--catalog`) could not be opened: a bad URL, a
+    /// database that refuses or does not answer, or a warehouse that cannot be set up.
+    #[error(transparent)]
+    Open(#[from] super::OpenError),
+    /// The shared catalog database failed while gc read it (its tables or the live
+    /// instances' write pins); nothing was removed.
+    #[error("the catalog database: {0}")]
+    Database(#[source] Box<iceberg::Error>),
     /// The data dir holds no catalog.
     #[error("no catalog at {path}: is this a skade data dir?")]
     NoCatalog {
@@ -181,7 +197,52 @@ pub async fn collect_garbage_in(
         path: path.clone(),
         source: Box::new(e),
     };
+    collect_from(&catalog, &store, None, options, catalog_error).await
+}
 
+/// Removes the orphan files (or objects) of every table of the shared PostgreSQL catalog
+/// at `url` (`--catalog`, under the JDBC catalog name `catalog_name`, with at most
+/// `pool_size` connections), whose tables live in `warehouse`, that are older than
+/// `options.grace` — and older than the oldest write pin of every live instance on the
+/// catalog, read before any table is: files an open put or transaction on any instance
+/// will still commit stay (module docs). Safe beside running instances.
+///
+/// Must run inside a tokio runtime.
+///
+/// # Errors
+/// [`GcError::Open`] when the database or the warehouse cannot be opened;
+/// [`GcError::Database`] when the database fails while gc reads it (nothing removed);
+/// [`GcError::Table`] and [`GcError::Storage`] as [`collect_garbage_in`].
+pub async fn collect_garbage_shared(
+    url: &str,
+    catalog_name: &str,
+    pool_size: usize,
+    warehouse: Warehouse,
+    options: GcOptions,
+) -> Result<GcReport, GcError> {
+    let store = FileStore::of(&warehouse);
+    let catalog = RedbCatalog::open_postgres(url, catalog_name, pool_size, warehouse).await?;
+    let database_error = |e| GcError::Database(Box::new(e));
+    // First the pins, then the tables: a writer pinned after this read writes only files
+    // newer than the pin, and one pinned before it is in it.
+    let oldest_pin = catalog
+        .oldest_write_pin_anywhere()
+        .await
+        .map_err(database_error)?;
+    collect_from(&catalog, &store, oldest_pin, options, database_error).await
+}
+
+/// The run of [`collect_garbage_in`] and [`collect_garbage_shared`] on an open catalog:
+/// gathers every table's references, then removes what is unreferenced, older than the
+/// grace and (when `oldest_pin` is given) modified before it. `catalog_error` maps a
+/// failure to list the catalog's tables.
+async fn collect_from(
+    catalog: &RedbCatalog,
+    store: &FileStore,
+    oldest_pin: Option<SystemTime>,
+    options: GcOptions,
+    catalog_error: impl Fn(iceberg::Error) -> GcError,
+) -> Result<GcReport, GcError> {
     let tables = catalog.all_tables().await.map_err(catalog_error)?;
 
     let mut referenced = HashSet::new();
@@ -212,26 +273,22 @@ pub async fn collect_garbage_in(
         options: Some(options),
         ..GcReport::default()
     };
-    remove_orphans(&store, &locations, &referenced, options, &mut report).await?;
-    if options.dry_run {
-        info!(
-            tables = report.tables,
-            referenced = report.referenced_files,
-            would_remove = report.removed.len(),
-            would_remove_bytes = report.removed_bytes,
-            young_orphans = report.young_orphans,
+    remove_orphans(store, &locations, &referenced, oldest_pin, options, &mut report).await?;
+    // One line for both: on a dry run `removed` is what would have been removed.
+    info!(
+        tables = report.tables,
+        referenced = report.referenced_files,
+        removed = report.removed.len(),
+        removed_bytes = report.removed_bytes,
+        young_orphans = report.young_orphans,
+        dry_run = options.dry_run,
+        "{}",
+        if options.dry_run {
             "gc dry run done: nothing removed"
-        );
-    } else {
-        info!(
-            tables = report.tables,
-            referenced = report.referenced_files,
-            removed = report.removed.len(),
-            removed_bytes = report.removed_bytes,
-            young_orphans = report.young_orphans,
+        } else {
             "gc done"
-        );
-    }
+        }
+    );
     Ok(report)
 }
 
@@ -301,8 +358,9 @@ impl ReferenceWalker {
 }
 
 /// Removes (or, on a dry run, lists) every file under the `data/` and `metadata/` of
-/// `locations` in `store` that is not `referenced` and older than `options.grace`,
-/// recording it in `report`.
+/// `locations` in `store` that is not `referenced`, older than `options.grace` and
+/// modified before `oldest_pin` (when given), recording it in `report`; the others
+/// count as young orphans.
 ///
 /// # Errors
 /// [`GcError::Storage`] for a listing or removal that failed; files
@@ -311,6 +369,7 @@ async fn remove_orphans(
     store: &FileStore,
     locations: &[PathBuf],
     referenced: &HashSet<PathBuf>,
+    oldest_pin: Option<SystemTime>,
     options: GcOptions,
     report: &mut GcReport,
 ) -> Result<(), GcError> {
@@ -327,7 +386,11 @@ async fn remove_orphans(
                     .modified
                     .and_then(|modified| now.duration_since(modified).ok())
                     .unwrap_or_default();
-                if age < options.grace {
+                // A file an open write may still commit: modified at or after the
+                // oldest pin (an unknown time counts as now).
+                let pinned = oldest_pin
+                    .is_some_and(|pin| file.modified.is_none_or(|modified| modified >= pin));
+                if age < options.grace || pinned {
                     report.young_orphans += 1;
                     continue;
                 }

@@ -12,8 +12,8 @@
 //! What this process writes, it never reads back: the append producer
 //! (`write::append`) and maintenance hand the manifest lists and manifests they write to
 //! [`remember_list`] / [`remember_manifest`], a small process-wide cache of recent files
-//! that every [`ManifestCache`] and the next append consult before the storage
-//! (issue #14: "the committer never re-reads or re-parses what it wrote").
+//! that every [`ManifestCache`] and the next append consult before the storage, so the
+//! committer never re-reads or re-parses what it wrote.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};

@@ -314,7 +314,7 @@ mod tests {
         }
     }
 
-    /// A commit whose summary runs backwards (the issue's `first = u64::MAX, last = 1`)
+    /// A commit whose summary runs backwards (`first = u64::MAX, last = 1`)
     /// is refused, so the mark it would store never steps back. Catches a mark moved
     /// from `u64::MAX` to 1.
     #[test]

@@ -302,11 +302,16 @@ impl FileEncoder {
         let held = Arc::new(HeldBatch::new(bytes, &self.held));
         if self.has_floats {
             let (schema, batch, held) = (self.schema.clone(), batch.clone(), held.clone());
-            self.nans.push(spawn_task(move || {
+            let count = move || {
                 let counts = nan_value_counts(&schema, std::slice::from_ref(&batch));
                 drop((batch, held));
                 counts
-            }));
+            };
+            self.nans.push(if bytes <= INLINE_NAN_COUNT_BYTES {
+                run_here(count)
+            } else {
+                spawn_task(count)
+            });
         }
         if self.sequential {
             self.all.push(batch.clone());
@@ -331,6 +336,12 @@ impl FileEncoder {
 
     /// Hands the open row group to rayon.
     fn start_row_group(&mut self) {
+        self.start_row_group_on(false);
+    }
+
+    /// Starts the open row group's encode: its column tasks on rayon, or, when `here`,
+    /// run at once on the calling thread.
+    fn start_row_group_on(&mut self, here: bool) {
         let batches = Arc::new(RowGroupRows {
             batches: std::mem::take(&mut self.open),
             _held: std::mem::take(&mut self.open_held),
@@ -353,7 +364,7 @@ impl FileEncoder {
             let mut writers: Vec<ArrowColumnWriter> = writers.by_ref().take(n).collect();
             let field = self.arrow.field(column).clone();
             let batches = batches.clone();
-            let rx = spawn_task(move || {
+            let encode = move || {
                 for batch in &batches.batches {
                     for (writer, leaf) in writers
                         .iter_mut()
@@ -363,8 +374,12 @@ impl FileEncoder {
                     }
                 }
                 writers.into_iter().map(ArrowColumnWriter::close).collect()
+            };
+            columns.push(if here {
+                run_here(encode)
+            } else {
+                spawn_task(encode)
             });
-            columns.push(rx);
         }
         self.row_groups.push(RowGroupTasks { columns });
     }
@@ -417,7 +432,10 @@ impl FileEncoder {
             return Ok(Some((written, builder)));
         }
         if self.open_rows > 0 {
-            self.start_row_group();
+            // A small last row group (all of a small put's file) is encoded here rather
+            // than queued behind other streams' row groups on rayon.
+            let here = self.open_bytes <= INLINE_ROW_GROUP_BYTES;
+            self.start_row_group_on(here);
         }
         let (mut file, _) = writer.into_serialized_writer().map_err(parquet_error)?;
         let nans = self.nan_counts()?;
@@ -465,6 +483,28 @@ impl FileEncoder {
         }
         Ok(total)
     }
+}
+
+/// A last row group of at most this many Arrow bytes is encoded on the thread that
+/// finishes the file (a blocking-pool thread, [`FileEncoder::finish_into`]) instead of on
+/// rayon. Rayon's queue is first come, first served: a 10-row put's encode queued there
+/// waits behind every row group a large stream has queued (seconds of work at a 2 GiB
+/// budget), while encoding it here takes well under a millisecond and is scheduled by
+/// the operating system beside rayon's threads.
+const INLINE_ROW_GROUP_BYTES: u64 = 1 << 20;
+
+/// A pushed batch of at most this many Arrow bytes has its NaNs counted at once on the
+/// pushing thread (microseconds), for the same reason as [`INLINE_ROW_GROUP_BYTES`].
+const INLINE_NAN_COUNT_BYTES: u64 = 64 << 10;
+
+/// Runs `task` now on this thread; its result waits on the returned receiver, as
+/// [`spawn_task`]'s does. A panic is caught the same way.
+fn run_here<T: Send + 'static>(task: impl FnOnce() -> T) -> Receiver<T> {
+    let (tx, rx) = sync_channel(1);
+    if let Ok(value) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)) {
+        let _ = tx.send(value);
+    }
+    rx
 }
 
 /// Runs `task` on rayon's pool; its result arrives on the returned receiver. A panic in
@@ -662,6 +702,41 @@ mod tests {
         };
         RecordBatch::try_new(arrow.clone(), vec![Arc::new(Int64Array::from(ids)), second])
             .expect("batch")
+    }
+
+    /// Catches a small put's file queued on rayon behind other streams' row groups: with
+    /// every rayon worker held (standing for a large stream's queued encodes), a 10-row
+    /// file — with doubles, so NaNs are counted too — must still finish, and read back.
+    #[test]
+    fn a_small_file_finishes_while_rayon_is_busy() {
+        for doubles in [false, true] {
+            let schema = schema(doubles);
+            let arrow = Arc::new(schema_to_arrow_schema(&schema).expect("arrow schema"));
+            let gate = RayonGate::close();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let worker = std::thread::spawn(move || {
+                let mut encoder =
+                    FileEncoder::new(schema, WriterProperties::builder().build()).expect("encoder");
+                encoder.push(&batch(&arrow, 0, 10));
+                let _ = tx.send(encoder.finish());
+            });
+            // Far longer than a 10-row encode; without the inline path this waits until
+            // the gate opens, i.e. forever.
+            let finished = rx.recv_timeout(std::time::Duration::from_secs(30));
+            drop(gate);
+            worker.join().expect("worker");
+            let (bytes, _) = finished
+                .expect("the small file waited for rayon")
+                .expect("encode")
+                .expect("rows");
+            let rows: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
+                bytes, 1024,
+            )
+            .expect("reader")
+            .map(|b| b.expect("batch").num_rows())
+            .sum();
+            assert_eq!(rows, 10);
+        }
     }
 
     /// Catches rows the encoder still references but does not count (a task or the open

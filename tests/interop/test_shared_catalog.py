@@ -13,6 +13,9 @@ instances"):
 * instance B's cleanup never removes the data files of instance A's put that is still
   open, however long past B's grace it stays open (A's write pin is published in the
   database);
+* ``skade gc --catalog postgres://...`` run beside the instances removes an old orphan
+  file but keeps the data files of a put still open on an instance, and that put's
+  commit reads back whole;
 * maintenance of a table runs on one instance at a time (``skade_maintenance_tables``);
 * puts fail ``Unavailable`` naming the catalog database while PostgreSQL is down, and
   work again once it is back, without a restart of skade (this test has a PostgreSQL
@@ -27,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import os
 import re
+import subprocess
 import threading
 import time
 import urllib.error
@@ -46,7 +51,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from conftest import SkadeServer, launch_skade
+from conftest import DEFAULT_BIN, SkadeServer, launch_skade
 from pg import PostgresCluster, PostgresDatabase, PostgresError, new_cluster_dir
 
 CATALOG_NAME = "skade"
@@ -423,6 +428,62 @@ def test_cleanup_on_b_keeps_the_files_of_a_put_open_on_a(tmp_path, postgres_data
             assert ids_of(catalog.load_table(path).scan().to_arrow()) == expected
         finally:
             catalog.close()
+
+
+def test_gc_beside_running_instances_keeps_an_open_puts_files(tmp_path, postgres_database):
+    """Catches `skade gc --catalog` ignoring the instances' write pins (it would remove the
+    data files A's open put wrote, which no table references yet, and A's commit would
+    name missing files), and a gc on a shared catalog that removes nothing at all."""
+    database = postgres_database("shared_gc")
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    path = ("gc", "events")
+    # A data file per batch, one commit at the end of the stream; no maintenance, so
+    # only gc removes anything.
+    a_args = ["--maintenance", "false", "--target-file-size", "1KiB",
+              "--files-per-commit", "1000", "--commit-interval", "120s"]
+    batch_rows = 200
+    with skade(tmp_path / "a", database, warehouse, *a_args) as a:
+        put(a.flight_uri, path, id_table(range(0, 100), "seed"))
+        table_dir = warehouse / "gc" / "events"
+        orphan = table_dir / "data" / "orphan-from-a-crash.parquet"
+        orphan.write_bytes(b"not referenced by any snapshot")
+        an_hour_ago = time.time() - 3600
+        os.utime(orphan, (an_hour_ago, an_hour_ago))
+
+        client = flight.FlightClient(a.flight_uri)
+        try:
+            schema = id_table(range(0), "a").schema
+            writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), schema)
+            a_ids: list[int] = []
+            # Files older than gc's 1 s grace and than the 10 s within which a new pin is
+            # published (cluster.rs PIN_PUBLISH_BOUND): only A's pin keeps them.
+            opened = time.monotonic()
+            while time.monotonic() - opened < 13.0:
+                start = 100_000 + len(a_ids)
+                writer.write_table(id_table(range(start, start + batch_rows), "a"))
+                a_ids.extend(range(start, start + batch_rows))
+                time.sleep(0.5)
+            written = sorted(p.name for p in (table_dir / "data").rglob("*.parquet"))
+            binary = os.environ.get("SKADE_BIN", str(DEFAULT_BIN))
+            done = subprocess.run(
+                [binary, "gc", "--catalog", database.url, "--warehouse", str(warehouse),
+                 "--data-dir", str(tmp_path / "gc-data"), "--grace", "1s"],
+                capture_output=True, text=True, timeout=120,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "removed 1 orphan files" in done.stdout, done.stdout
+            assert not orphan.exists()
+            kept = sorted(p.name for p in (table_dir / "data").rglob("*.parquet"))
+            assert set(written) - {orphan.name} <= set(kept), "gc removed an open put's files"
+            writer.done_writing()
+            while reader.read() is not None:
+                pass
+            writer.close()
+        finally:
+            client.close()
+        expected = sorted([*range(0, 100), *a_ids])
+        assert ids_of(rest_catalog(a).load_table(path).scan().to_arrow()) == expected
 
 
 def maintenance_counts(server: SkadeServer) -> tuple[float, float]:
