@@ -32,8 +32,9 @@
 //! still open on any instance — whose files no table references yet — keeps its files.
 //! A writer that opens after that read writes only files newer than the pin.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use iceberg::Catalog;
@@ -299,6 +300,13 @@ async fn collect_from(
 #[derive(Debug, Default)]
 pub struct ReferenceWalker {
     cache: ManifestCache,
+    /// The files each manifest walked names, by manifest path: all a walk needs of a
+    /// manifest, kept instead of the parsed manifest. A sweep after a long maintenance
+    /// pass walks every manifest written during it; kept parsed, those held about 2 GiB
+    /// in the soak run (`docs/performance.md`, "Soak").
+    files: HashMap<String, Arc<[PathBuf]>>,
+    /// Manifests walked since [`Self::forget_unused`] last ran.
+    walked: HashSet<String>,
 }
 
 impl ReferenceWalker {
@@ -337,8 +345,22 @@ impl ReferenceWalker {
                     continue;
                 }
                 out.insert(local_path(&manifest.manifest_path));
-                let parsed = self.cache.manifest(table.file_io(), manifest).await?;
-                out.extend(parsed.entries().iter().map(|e| local_path(e.file_path())));
+                let path = &manifest.manifest_path;
+                let files = match self.files.get(path) {
+                    Some(files) => files.clone(),
+                    None => {
+                        let parsed = self.cache.manifest_unkept(table.file_io(), manifest).await?;
+                        let files: Arc<[PathBuf]> = parsed
+                            .entries()
+                            .iter()
+                            .map(|e| local_path(e.file_path()))
+                            .collect();
+                        self.files.insert(path.clone(), files.clone());
+                        files
+                    }
+                };
+                self.walked.insert(path.clone());
+                out.extend(files.iter().cloned());
             }
         }
         Ok(())
@@ -354,6 +376,8 @@ impl ReferenceWalker {
     /// snapshots), so the walker's memory follows the tables' live metadata.
     pub fn forget_unused(&mut self) {
         self.cache.forget_unused();
+        let walked = std::mem::take(&mut self.walked);
+        self.files.retain(|path, _| walked.contains(path));
     }
 }
 

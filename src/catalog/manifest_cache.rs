@@ -83,6 +83,29 @@ impl ManifestCache {
         Ok(parsed)
     }
 
+    /// [`Self::manifest`] for a caller that keeps only what it needs of the manifest
+    /// (the reference walk keeps its files' paths): a manifest already here is shared,
+    /// one read now is not kept. A parsed manifest holds every entry's statistics, about
+    /// ten times its paths' size.
+    ///
+    /// # Errors
+    /// As [`Self::manifest`].
+    pub async fn manifest_unkept(
+        &self,
+        file_io: &FileIO,
+        manifest: &ManifestFile,
+    ) -> iceberg::Result<Arc<Manifest>> {
+        match self.manifests.get(&manifest.manifest_path) {
+            Some(parsed) => Ok(parsed.clone()),
+            None => read_manifest(file_io, manifest).await,
+        }
+    }
+
+    /// Parsed manifests held now.
+    pub fn manifests_held(&self) -> usize {
+        self.manifests.len()
+    }
+
     /// Drops what was not looked up since the last call (the files of expired snapshots
     /// and of dropped tables).
     pub fn forget_unused(&mut self) {
