@@ -274,7 +274,15 @@ async fn collect_from(
         options: Some(options),
         ..GcReport::default()
     };
-    remove_orphans(store, &locations, &referenced, oldest_pin, options, &mut report).await?;
+    remove_orphans(
+        store,
+        &locations,
+        &referenced,
+        oldest_pin,
+        options,
+        &mut report,
+    )
+    .await?;
     // One line for both: on a dry run `removed` is what would have been removed.
     info!(
         tables = report.tables,
@@ -349,7 +357,10 @@ impl ReferenceWalker {
                 let files = match self.files.get(path) {
                     Some(files) => files.clone(),
                     None => {
-                        let parsed = self.cache.manifest_unkept(table.file_io(), manifest).await?;
+                        let parsed = self
+                            .cache
+                            .manifest_unkept(table.file_io(), manifest)
+                            .await?;
                         let files: Arc<[PathBuf]> = parsed
                             .entries()
                             .iter()

@@ -729,12 +729,11 @@ mod tests {
                 .expect("the small file waited for rayon")
                 .expect("encode")
                 .expect("rows");
-            let rows: usize = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(
-                bytes, 1024,
-            )
-            .expect("reader")
-            .map(|b| b.expect("batch").num_rows())
-            .sum();
+            let rows: usize =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024)
+                    .expect("reader")
+                    .map(|b| b.expect("batch").num_rows())
+                    .sum();
             assert_eq!(rows, 10);
         }
     }

@@ -262,9 +262,13 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
     let server = TestServer::start_with(|c| c.maintenance.enabled = false).await;
     let mut client = server.client().await;
     for i in 0..5 {
-        put(&mut client, &["gc", "walk"], vec![synthetic_batch(i * 10, 10)])
-            .await
-            .unwrap();
+        put(
+            &mut client,
+            &["gc", "walk"],
+            vec![synthetic_batch(i * 10, 10)],
+        )
+        .await
+        .unwrap();
     }
     let ident = TableIdent::from_strs(["gc", "walk"]).unwrap();
     let table = server
@@ -282,7 +286,11 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
     for file in &data {
         assert!(referenced.contains(file), "{} not named", file.display());
     }
-    assert_eq!(walker.cache().manifests_held(), 0, "the walk kept parsed manifests");
+    assert_eq!(
+        walker.cache().manifests_held(),
+        0,
+        "the walk kept parsed manifests"
+    );
     // A second walk answers from the paths it kept.
     let mut again = std::collections::HashSet::new();
     walker.references(&table, &mut again).await.unwrap();
