@@ -89,14 +89,7 @@ async fn commits(server: &TestServer) -> f64 {
 }
 
 async fn snapshots(server: &TestServer) -> usize {
-    let ident = TableIdent::from_strs(PATH).unwrap();
-    let table = server
-        .running
-        .service
-        .catalog
-        .load_table(&ident)
-        .await
-        .unwrap();
+    let table = server.table(&PATH).await;
     table.metadata().snapshots().count()
 }
 

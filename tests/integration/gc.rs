@@ -270,14 +270,7 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
         .await
         .unwrap();
     }
-    let ident = TableIdent::from_strs(["gc", "walk"]).unwrap();
-    let table = server
-        .running
-        .service
-        .catalog
-        .load_table(&ident)
-        .await
-        .unwrap();
+    let table = server.table(&["gc", "walk"]).await;
     let mut walker = skade::catalog::gc::ReferenceWalker::default();
     let mut referenced = std::collections::HashSet::new();
     walker.references(&table, &mut referenced).await.unwrap();

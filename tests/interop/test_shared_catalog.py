@@ -60,6 +60,12 @@ name to see skade's rows."""
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
+ONE_COMMIT_PER_STREAM = ["--maintenance", "false", "--target-file-size", "1KiB",
+                         "--files-per-commit", "1000", "--commit-interval", "120s"]
+"""Server flags for an instance whose put writes a data file per batch and commits only
+at the end of the stream, and which neither maintains nor sweeps: its open put's files
+are on disk, unreferenced, for as long as the test keeps it open."""
+
 
 # ----------------------------------------------------------------------- helpers
 
@@ -355,8 +361,7 @@ def test_cleanup_on_b_keeps_the_files_of_a_put_open_on_a(tmp_path, postgres_data
     # A writes a data file per batch and commits only at the end of the stream; it
     # neither maintains nor sweeps. B sweeps with a 1 s grace and expires all but two
     # snapshots, so its sweeps have files to remove.
-    a_args = ["--maintenance", "false", "--target-file-size", "1KiB",
-              "--files-per-commit", "1000", "--commit-interval", "120s"]
+    a_args = ONE_COMMIT_PER_STREAM
     b_args = ["--cleanup-grace", "1s", "--metadata-cleanup-grace", "1s",
               "--maintenance-interval", "1s", "--max-snapshots", "2"]
     # B starts once A's first files are older than B's grace plus the window in which
@@ -438,12 +443,9 @@ def test_gc_beside_running_instances_keeps_an_open_puts_files(tmp_path, postgres
     warehouse = tmp_path / "warehouse"
     warehouse.mkdir()
     path = ("gc", "events")
-    # A data file per batch, one commit at the end of the stream; no maintenance, so
-    # only gc removes anything.
-    a_args = ["--maintenance", "false", "--target-file-size", "1KiB",
-              "--files-per-commit", "1000", "--commit-interval", "120s"]
+    # No maintenance on A, so only gc removes anything.
     batch_rows = 200
-    with skade(tmp_path / "a", database, warehouse, *a_args) as a:
+    with skade(tmp_path / "a", database, warehouse, *ONE_COMMIT_PER_STREAM) as a:
         put(a.flight_uri, path, id_table(range(0, 100), "seed"))
         table_dir = warehouse / "gc" / "events"
         orphan = table_dir / "data" / "orphan-from-a-crash.parquet"

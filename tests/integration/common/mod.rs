@@ -57,6 +57,19 @@ impl TestServer {
         self.dir.path().join("warehouse")
     }
 
+    /// The table `path` (namespace levels, then the table name) as the server's catalog
+    /// has it now. Panics when it does not exist.
+    pub async fn table(&self, path: &[&str]) -> iceberg::table::Table {
+        use iceberg::Catalog;
+        let ident = iceberg::TableIdent::from_strs(path).expect("table identifier");
+        self.running
+            .service
+            .catalog
+            .load_table(&ident)
+            .await
+            .expect("table loads")
+    }
+
     /// A Flight client connected to this server.
     pub async fn client(&self) -> FlightClient {
         let channel = Channel::from_shared(format!("http://{}", self.running.flight_addr))
