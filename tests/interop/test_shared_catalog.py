@@ -104,12 +104,18 @@ def put(uri: str, path: tuple[str, ...], table: pa.Table, batch_rows: int | None
         writer, reader = client.do_put(flight.FlightDescriptor.for_path(*path), table.schema)
         for batch in table.to_batches(max_chunksize=batch_rows):
             writer.write_batch(batch)
-        writer.done_writing()
-        while reader.read() is not None:
-            pass
-        writer.close()
+        finish_put(writer, reader)
     finally:
         client.close()
+
+
+def finish_put(writer, reader) -> None:
+    """Ends an open ``DoPut`` and returns once the server answered its end (the stream's
+    rows are committed)."""
+    writer.done_writing()
+    while reader.read() is not None:
+        pass
+    writer.close()
 
 
 def http_get(url: str) -> tuple[int, str]:
@@ -416,10 +422,7 @@ def test_cleanup_on_b_keeps_the_files_of_a_put_open_on_a(tmp_path, postgres_data
             while time.monotonic() - b_up < 4.0 or metric(b, "skade_files_deleted_total") == 0:
                 assert time.monotonic() - b_up < 30, f"B removed nothing; log:\n{b.log_tail()}"
                 send_batch()
-            writer.done_writing()
-            while reader.read() is not None:
-                pass
-            writer.close()
+            finish_put(writer, reader)
         finally:
             stop.set()
             producer.join(timeout=60)
@@ -478,10 +481,7 @@ def test_gc_beside_running_instances_keeps_an_open_puts_files(tmp_path, postgres
             assert not orphan.exists()
             kept = sorted(p.name for p in (table_dir / "data").rglob("*.parquet"))
             assert set(written) - {orphan.name} <= set(kept), "gc removed an open put's files"
-            writer.done_writing()
-            while reader.read() is not None:
-                pass
-            writer.close()
+            finish_put(writer, reader)
         finally:
             client.close()
         expected = sorted([*range(0, 100), *a_ids])
