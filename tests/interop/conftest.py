@@ -55,6 +55,19 @@ from pg import PostgresCluster, PostgresDatabase, PostgresError, new_cluster_dir
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BIN = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target") / "debug" / "skade"
 
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 60.0, every_s: float = 0.2):
+    """Polls ``check()`` until it returns something truthy and returns that; fails the
+    test (naming ``what``) after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}", pytrace=False)
+        time.sleep(every_s)
+
 HEALTH_TIMEOUT_S = 60.0
 TERM_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 60

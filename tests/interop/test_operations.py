@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from conftest import REPO_ROOT, free_tcp_ports, launch_skade
+from conftest import REPO_ROOT, free_tcp_ports, launch_skade, wait_for
 
 README = REPO_ROOT / "README.md"
 RULES = REPO_ROOT / "deploy" / "prometheus" / "skade-rules.yaml"
@@ -46,18 +46,6 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 def python_blocks(markdown: str) -> list[str]:
     """The ```python fenced blocks of ``markdown``, in order."""
     return re.findall(r"^```python\n(.*?)^```", markdown, flags=re.S | re.M)
-
-
-def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.2):
-    """Polls ``check()`` until it returns something truthy; fails after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(every_s)
 
 
 def http_text(url: str) -> str:

@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -51,7 +51,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from conftest import DEFAULT_BIN, SkadeServer, launch_skade
+from conftest import DEFAULT_BIN, SkadeServer, launch_skade, wait_for
 from pg import PostgresCluster, PostgresDatabase, PostgresError, new_cluster_dir
 
 CATALOG_NAME = "skade"
@@ -140,17 +140,6 @@ def metric(server: SkadeServer, name: str, labels: str = "") -> float:
         if key == series or (not labels and key.startswith(name + "{")):
             total = (total or 0.0) + float(value)
     return total or 0.0
-
-
-def wait_for(what: str, check: Callable[[], object], timeout_s: float, every_s: float = 0.2):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s", pytrace=False)
-        time.sleep(every_s)
 
 
 def ids_of(table: pa.Table) -> list[int]:
