@@ -38,11 +38,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use iceberg::Catalog;
+use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::RedbCatalog;
-use super::manifest_cache::ManifestCache;
+use super::manifest_cache::{self, ManifestCache};
 use super::warehouse::Warehouse;
 use crate::storage::StorageError;
 use crate::storage::file_store::FileStore;
@@ -304,17 +305,30 @@ async fn collect_from(
 /// Gathers the files a table's metadata references, remembering what it read: manifest
 /// lists and manifests are written once and never changed (Iceberg's table spec), so a
 /// walker kept across runs (online cleanup, [`crate::maintenance`]) reads each of them
-/// once ([`ManifestCache`]), and a run costs only the files new since the last.
+/// once, and a run costs only the files new since the last. What this process wrote
+/// itself it never reads back: the writers hand each list's manifest paths and each
+/// manifest's file paths over ([`manifest_cache::take_written_list`],
+/// [`manifest_cache::take_written_manifest`]).
 #[derive(Debug, Default)]
 pub struct ReferenceWalker {
     cache: ManifestCache,
+    /// The manifest paths each manifest list walked names, by list path: all a walk
+    /// needs of a list (a parsed list keeps every manifest's counts and partition
+    /// summaries, for every retained snapshot).
+    lists: HashMap<String, Arc<[Arc<str>]>>,
+    /// One copy of each manifest path the kept lists name (consecutive lists share
+    /// nearly all of theirs).
+    names: HashSet<Arc<str>>,
     /// The files each manifest walked names, by manifest path: all a walk needs of a
     /// manifest, kept instead of the parsed manifest. A sweep after a long maintenance
     /// pass walks every manifest written during it; kept parsed, those held about 2 GiB
     /// in the soak run (`docs/performance.md`, "Soak").
-    files: HashMap<String, Arc<[PathBuf]>>,
-    /// Manifests walked since [`Self::forget_unused`] last ran.
-    walked: HashSet<String>,
+    files: HashMap<Arc<str>, Arc<[PathBuf]>>,
+    /// Lists and manifests walked since [`Self::forget_unused`] last ran.
+    walked: HashSet<Arc<str>>,
+    /// Manifest lists and manifests not handed over by their writer in this process:
+    /// read from the storage, or from the process's caches of parsed ones.
+    read_back: usize,
 }
 
 impl ReferenceWalker {
@@ -345,36 +359,81 @@ impl ReferenceWalker {
         }
         // Snapshots share manifests (a fast append carries the earlier ones on): each
         // manifest's files are added once.
-        let mut visited = HashSet::new();
+        let mut visited: HashSet<Arc<str>> = HashSet::new();
         for snapshot in metadata.snapshots() {
             out.insert(local_path(snapshot.manifest_list()));
-            for manifest in self.cache.list(table, snapshot).await?.iter() {
-                if !visited.insert(manifest.manifest_path.clone()) {
+            let manifests = self.list(table, snapshot).await?;
+            for manifest in manifests.iter() {
+                if !visited.insert(manifest.clone()) {
                     continue;
                 }
-                out.insert(local_path(&manifest.manifest_path));
-                let path = &manifest.manifest_path;
-                let files = match self.files.get(path) {
-                    Some(files) => files.clone(),
-                    None => {
-                        let parsed = self
-                            .cache
-                            .manifest_unkept(table.file_io(), manifest)
-                            .await?;
-                        let files: Arc<[PathBuf]> = parsed
-                            .entries()
-                            .iter()
-                            .map(|e| local_path(e.file_path()))
-                            .collect();
-                        self.files.insert(path.clone(), files.clone());
-                        files
-                    }
-                };
-                self.walked.insert(path.clone());
+                out.insert(local_path(manifest));
+                let files = self.manifest(table, manifest).await?;
                 out.extend(files.iter().cloned());
             }
         }
         Ok(())
+    }
+
+    /// The manifest paths of `snapshot`'s list: kept, handed over by its writer, or read.
+    async fn list(
+        &mut self,
+        table: &Table,
+        snapshot: &SnapshotRef,
+    ) -> iceberg::Result<Arc<[Arc<str>]>> {
+        let path = snapshot.manifest_list();
+        let names = match self.lists.get(path) {
+            Some(names) => names.clone(),
+            None => {
+                let names: Vec<Arc<str>> = match manifest_cache::take_written_list(path) {
+                    Some(names) => names.iter().map(|n| self.name(n)).collect(),
+                    None => {
+                        self.read_back += 1;
+                        let list = manifest_cache::read_list(table, snapshot).await?;
+                        list.iter().map(|m| self.name(&m.manifest_path)).collect()
+                    }
+                };
+                let names: Arc<[Arc<str>]> = names.into();
+                self.lists.insert(path.to_string(), names.clone());
+                names
+            }
+        };
+        let name = self.name(path);
+        self.walked.insert(name);
+        Ok(names)
+    }
+
+    /// The file paths the manifest at `path` names: kept, handed over by its writer, or
+    /// read.
+    async fn manifest(&mut self, table: &Table, path: &Arc<str>) -> iceberg::Result<Arc<[PathBuf]>> {
+        self.walked.insert(path.clone());
+        if let Some(files) = self.files.get(path) {
+            return Ok(files.clone());
+        }
+        let files = match manifest_cache::take_written_manifest(path) {
+            Some(files) => files,
+            None => {
+                self.read_back += 1;
+                let parsed = self.cache.manifest_unkept_at(table.file_io(), path).await?;
+                parsed
+                    .entries()
+                    .iter()
+                    .map(|e| local_path(e.file_path()))
+                    .collect()
+            }
+        };
+        self.files.insert(path.clone(), files.clone());
+        Ok(files)
+    }
+
+    /// `path` as the one kept copy.
+    fn name(&mut self, path: &str) -> Arc<str> {
+        if let Some(name) = self.names.get(path) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(path);
+        self.names.insert(name.clone());
+        name
     }
 
     /// The walker's parsed manifest lists and manifests, for other readers of the same
@@ -383,12 +442,24 @@ impl ReferenceWalker {
         &mut self.cache
     }
 
+    /// Manifest lists and manifests this walker read back so far (from the storage, or
+    /// from the process's caches of parsed ones): those another process wrote, those
+    /// another walker took, or those this one wrote longer ago than its registry of
+    /// written files reaches (`catalog::manifest_cache`).
+    pub fn read_back(&self) -> usize {
+        self.read_back
+    }
+
     /// Drops what was remembered and not used since the last call (files of expired
     /// snapshots), so the walker's memory follows the tables' live metadata.
     pub fn forget_unused(&mut self) {
         self.cache.forget_unused();
         let walked = std::mem::take(&mut self.walked);
+        self.lists.retain(|path, _| walked.contains(path.as_str()));
         self.files.retain(|path, _| walked.contains(path));
+        drop(walked);
+        // A name only this set holds is no kept list's or manifest's any more.
+        self.names.retain(|name| Arc::strong_count(name) > 1);
     }
 }
 

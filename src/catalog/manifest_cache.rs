@@ -16,6 +16,7 @@
 //! committer never re-reads or re-parses what it wrote.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use iceberg::io::FileIO;
@@ -101,6 +102,27 @@ impl ManifestCache {
         }
     }
 
+    /// [`Self::manifest_unkept`] by path alone, for a reader that needs no inherited
+    /// field (snapshot ids and sequence numbers of entries stay as written): the
+    /// reference walk, which keeps only each entry's file path.
+    ///
+    /// # Errors
+    /// iceberg's error when the manifest cannot be read or parsed.
+    pub async fn manifest_unkept_at(
+        &self,
+        file_io: &FileIO,
+        path: &str,
+    ) -> iceberg::Result<Arc<Manifest>> {
+        if let Some(parsed) = self.manifests.get(path) {
+            return Ok(parsed.clone());
+        }
+        if let Some(parsed) = recent().manifests.get(path) {
+            return Ok(parsed.clone());
+        }
+        let bytes = file_io.new_input(path)?.read().await?;
+        Ok(Arc::new(Manifest::parse_avro(&bytes)?))
+    }
+
     /// Parsed manifests held now.
     pub fn manifests_held(&self) -> usize {
         self.manifests.len()
@@ -140,9 +162,130 @@ fn recent() -> MutexGuard<'static, Recent> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Paths the [`Written`] registry holds at most (manifest paths of lists plus file paths
+/// of manifests, about 16 and 150 bytes each): about 16 MiB of lists, or a minute of
+/// 100-manifest lists at 100 commits a second. Past it the oldest entries go, and the
+/// reference walk reads those files back.
+const WRITTEN_PATHS: usize = 1 << 20;
+
+/// What the reference walk (`catalog::gc::ReferenceWalker`) needs of the manifest lists
+/// and manifests this process wrote and no walk has taken yet: each list's manifest
+/// paths and each manifest's file paths, handed over once ([`take_written_list`],
+/// [`take_written_manifest`]). A busy process writes a manifest list and a manifest per
+/// commit — thousands between two maintenance passes, far more than [`Recent`] keeps —
+/// and reading each back (Avro, with its schema) cost the walk most of the CPU of a
+/// maintenance pass in the soak run (`docs/performance.md`, "Soak").
+#[derive(Default)]
+struct Written {
+    lists: HashMap<String, Arc<[Arc<str>]>>,
+    manifests: HashMap<String, Arc<[PathBuf]>>,
+    /// Both kinds' paths, oldest first (some already taken).
+    order: VecDeque<String>,
+    /// Paths held in `lists` and `manifests`.
+    paths: usize,
+    /// Metadata directory → the last list remembered there: a list shares the manifest
+    /// path strings it has in common with the one before (an append carries every
+    /// earlier manifest on), so a list costs a pointer per manifest.
+    last: HashMap<String, Arc<[Arc<str>]>>,
+}
+
+impl Written {
+    fn insert_list(&mut self, path: &str, manifests: &[ManifestFile]) {
+        let dir = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        let before: HashMap<&str, &Arc<str>> = self
+            .last
+            .get(dir)
+            .map(|last| last.iter().map(|name| (&**name, name)).collect())
+            .unwrap_or_default();
+        let names: Arc<[Arc<str>]> = manifests
+            .iter()
+            .map(|m| match before.get(m.manifest_path.as_str()) {
+                Some(name) => Arc::clone(name),
+                None => Arc::from(m.manifest_path.as_str()),
+            })
+            .collect();
+        drop(before);
+        if self.last.len() >= 4096 && !self.last.contains_key(dir) {
+            self.last.clear();
+        }
+        self.last.insert(dir.to_string(), names.clone());
+        self.paths += names.len();
+        if let Some(old) = self.lists.insert(path.to_string(), names) {
+            self.paths -= old.len();
+        } else {
+            self.order.push_back(path.to_string());
+        }
+        self.bound();
+    }
+
+    fn insert_manifest(&mut self, path: &str, manifest: &Manifest) {
+        let files: Arc<[PathBuf]> = manifest
+            .entries()
+            .iter()
+            .map(|e| crate::storage::file_store::local_path(e.file_path()))
+            .collect();
+        self.paths += files.len();
+        if let Some(old) = self.manifests.insert(path.to_string(), files) {
+            self.paths -= old.len();
+        } else {
+            self.order.push_back(path.to_string());
+        }
+        self.bound();
+    }
+
+    /// Forgets the oldest entries past [`WRITTEN_PATHS`], and the taken ones' places in
+    /// `order` once they outnumber the held ones.
+    fn bound(&mut self) {
+        while self.paths > WRITTEN_PATHS {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(names) = self.lists.remove(&old) {
+                self.paths -= names.len();
+            } else if let Some(files) = self.manifests.remove(&old) {
+                self.paths -= files.len();
+            }
+        }
+        let held = self.lists.len() + self.manifests.len();
+        if self.order.len() > 2 * held + 1024 {
+            let (lists, manifests) = (&self.lists, &self.manifests);
+            self.order
+                .retain(|p| lists.contains_key(p) || manifests.contains_key(p));
+        }
+    }
+}
+
+fn written() -> MutexGuard<'static, Written> {
+    static WRITTEN: LazyLock<Mutex<Written>> = LazyLock::new(Mutex::default);
+    // A panic while holding the lock leaves consistent maps (each change is one call).
+    WRITTEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The manifest paths of the list at `path` if this process wrote it and no walk took
+/// them yet (they leave the registry).
+pub fn take_written_list(path: &str) -> Option<Arc<[Arc<str>]>> {
+    let mut written = written();
+    let names = written.lists.remove(path)?;
+    written.paths -= names.len();
+    Some(names)
+}
+
+/// The file paths of the manifest at `path` if this process wrote it and no walk took
+/// them yet (they leave the registry).
+pub fn take_written_manifest(path: &str) -> Option<Arc<[PathBuf]>> {
+    let mut written = written();
+    let files = written.manifests.remove(path)?;
+    written.paths -= files.len();
+    Some(files)
+}
+
 /// Remembers the manifest list at `path` (as the writer finished it: sequence numbers
-/// assigned), so a later reader of it in this process does not read the file.
+/// assigned), so a later reader of it in this process does not read the file, and its
+/// manifest paths for the next reference walk ([`take_written_list`]).
 pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
+    written().insert_list(path, &manifests);
     let mut recent = recent();
     if recent.lists.insert(path.to_string(), manifests).is_none() {
         recent.list_order.push_back(path.to_string());
@@ -156,8 +299,10 @@ pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
 
 /// Remembers the manifest at `path` as a reader of the file would see it (entries'
 /// snapshot ids and sequence numbers inherited), so a later reader of it in this
-/// process does not read or parse the file.
+/// process does not read or parse the file, and its file paths for the next reference
+/// walk ([`take_written_manifest`]).
 pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
+    written().insert_manifest(path, &manifest);
     let mut recent = recent();
     if recent
         .manifests

@@ -289,3 +289,46 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
     walker.references(&table, &mut again).await.unwrap();
     assert_eq!(again, referenced);
 }
+
+/// Catches the reference walk reading back (and parsing) the manifest lists and
+/// manifests this process wrote, once more of them were written than the process-wide
+/// parsed caches keep (128 lists): in the soak run that was most of a maintenance pass's
+/// CPU. A second walker, which finds nothing handed over, reads them from the storage
+/// and names the same files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
+    const PUTS: i64 = 140;
+    let server = TestServer::start_with(|c| c.maintenance.enabled = false).await;
+    let mut client = server.client().await;
+    for i in 0..PUTS {
+        put(&mut client, &["gc", "many"], vec![synthetic_batch(i * 10, 10)])
+            .await
+            .unwrap();
+    }
+    let table = server.table(&["gc", "many"]).await;
+    assert_eq!(table.metadata().snapshots().count(), PUTS as usize);
+    let mut walker = skade::catalog::gc::ReferenceWalker::default();
+    let mut referenced = std::collections::HashSet::new();
+    walker.references(&table, &mut referenced).await.unwrap();
+    assert_eq!(
+        walker.read_back(),
+        0,
+        "the walk read back manifest lists or manifests this process wrote"
+    );
+    let data = files(&server.warehouse().join("gc").join("many").join("data"));
+    assert_eq!(data.len(), PUTS as usize, "one data file per put");
+    let metadata = files(&server.warehouse().join("gc").join("many").join("metadata"));
+    let avro: Vec<_> = metadata
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "avro"))
+        .collect();
+    assert_eq!(avro.len(), 2 * PUTS as usize, "a manifest list and a manifest per put");
+    for file in data.iter().chain(avro.iter().copied()) {
+        assert!(referenced.contains(file), "{} not named", file.display());
+    }
+    let mut reader = skade::catalog::gc::ReferenceWalker::default();
+    let mut read = std::collections::HashSet::new();
+    reader.references(&table, &mut read).await.unwrap();
+    assert_eq!(reader.read_back(), 2 * PUTS as usize, "nothing was left to hand over");
+    assert_eq!(read, referenced);
+}
