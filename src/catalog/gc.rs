@@ -405,7 +405,11 @@ impl ReferenceWalker {
 
     /// The file paths the manifest at `path` names: kept, handed over by its writer, or
     /// read.
-    async fn manifest(&mut self, table: &Table, path: &Arc<str>) -> iceberg::Result<Arc<[PathBuf]>> {
+    async fn manifest(
+        &mut self,
+        table: &Table,
+        path: &Arc<str>,
+    ) -> iceberg::Result<Arc<[PathBuf]>> {
         self.walked.insert(path.clone());
         if let Some(files) = self.files.get(path) {
             return Ok(files.clone());

@@ -301,9 +301,13 @@ async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
     let server = TestServer::start_with(|c| c.maintenance.enabled = false).await;
     let mut client = server.client().await;
     for i in 0..PUTS {
-        put(&mut client, &["gc", "many"], vec![synthetic_batch(i * 10, 10)])
-            .await
-            .unwrap();
+        put(
+            &mut client,
+            &["gc", "many"],
+            vec![synthetic_batch(i * 10, 10)],
+        )
+        .await
+        .unwrap();
     }
     let table = server.table(&["gc", "many"]).await;
     assert_eq!(table.metadata().snapshots().count(), PUTS as usize);
