@@ -418,7 +418,7 @@ impl ReferenceWalker {
             Some(files) => files,
             None => {
                 self.read_back += 1;
-                let parsed = self.cache.manifest_unkept_at(table.file_io(), path).await?;
+                let parsed = self.cache.manifest_unkept(table.file_io(), path).await?;
                 parsed
                     .entries()
                     .iter()

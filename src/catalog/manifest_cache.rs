@@ -84,31 +84,15 @@ impl ManifestCache {
         Ok(parsed)
     }
 
-    /// [`Self::manifest`] for a caller that keeps only what it needs of the manifest
-    /// (the reference walk keeps its files' paths): a manifest already here is shared,
-    /// one read now is not kept. A parsed manifest holds every entry's statistics, about
-    /// ten times its paths' size.
-    ///
-    /// # Errors
-    /// As [`Self::manifest`].
-    pub async fn manifest_unkept(
-        &self,
-        file_io: &FileIO,
-        manifest: &ManifestFile,
-    ) -> iceberg::Result<Arc<Manifest>> {
-        match self.manifests.get(&manifest.manifest_path) {
-            Some(parsed) => Ok(parsed.clone()),
-            None => read_manifest(file_io, manifest).await,
-        }
-    }
-
-    /// [`Self::manifest_unkept`] by path alone, for a reader that needs no inherited
-    /// field (snapshot ids and sequence numbers of entries stay as written): the
-    /// reference walk, which keeps only each entry's file path.
+    /// The parsed manifest at `path` for a caller that keeps only what it needs of it
+    /// (the reference walk keeps its files' paths): a manifest already here or in the
+    /// process-wide cache is shared, one read now is not kept (a parsed manifest holds
+    /// every entry's statistics, about ten times its paths' size). Read by path alone,
+    /// so inherited fields (entries' snapshot ids and sequence numbers) stay as written.
     ///
     /// # Errors
     /// iceberg's error when the manifest cannot be read or parsed.
-    pub async fn manifest_unkept_at(
+    pub async fn manifest_unkept(
         &self,
         file_io: &FileIO,
         path: &str,
@@ -209,13 +193,12 @@ impl Written {
             self.last.clear();
         }
         self.last.insert(dir.to_string(), names.clone());
-        self.paths += names.len();
-        if let Some(old) = self.lists.insert(path.to_string(), names) {
-            self.paths -= old.len();
-        } else {
-            self.order.push_back(path.to_string());
-        }
-        self.bound();
+        let added = names.len();
+        let replaced = self
+            .lists
+            .insert(path.to_string(), names)
+            .map(|old| old.len());
+        self.admit(path, added, replaced);
     }
 
     fn insert_manifest(&mut self, path: &str, manifest: &Manifest) {
@@ -224,11 +207,21 @@ impl Written {
             .iter()
             .map(|e| crate::storage::file_store::local_path(e.file_path()))
             .collect();
-        self.paths += files.len();
-        if let Some(old) = self.manifests.insert(path.to_string(), files) {
-            self.paths -= old.len();
-        } else {
-            self.order.push_back(path.to_string());
+        let added = files.len();
+        let replaced = self
+            .manifests
+            .insert(path.to_string(), files)
+            .map(|old| old.len());
+        self.admit(path, added, replaced);
+    }
+
+    /// Counts an entry of `added` paths just stored at `path` (in place of one of
+    /// `replaced` paths, or new: then it joins `order`), and keeps the bound.
+    fn admit(&mut self, path: &str, added: usize, replaced: Option<usize>) {
+        self.paths += added;
+        match replaced {
+            Some(old) => self.paths -= old,
+            None => self.order.push_back(path.to_string()),
         }
         self.bound();
     }
