@@ -227,7 +227,8 @@ pub struct MaintenanceConfig {
     pub cleanup_max_waiting: u64,
 
     /// Rewrite runs of small data files into one file (`true` or `false`): at most one
-    /// job of up to 64 files and half a `--target-file-size` per table per pass.
+    /// job per table per round (up to 8 runs of 64 files and half a `--target-file-size`
+    /// each, one `--target-file-size` in all), in a task beside the maintenance passes.
     #[arg(long = "compaction", env = "SKADE_COMPACTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub compaction: bool,
 }

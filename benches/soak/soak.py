@@ -464,6 +464,8 @@ COLUMNS = [
     ("fresh_large_p99_s", "freshness of the large stream p99, s"),
     ("scan_p50_ms", "reader load-table + scan p50, ms"),
     ("rss_mib", "server RSS, MiB"),
+    ("reserved_mib", "rows in flight held against --memory-budget (skade_memory_reserved_bytes), MiB"),
+    ("rss_less_reserved_mib", "server RSS less the rows in flight, MiB"),
     ("disk_data_mib", "bytes on disk: data files, MiB"),
     ("disk_manifest_mib", "bytes on disk: manifests, MiB"),
     ("disk_manifest_list_mib", "bytes on disk: manifest lists, MiB"),
@@ -489,7 +491,7 @@ FIGURES = [
     ("txn_latency", "Flight SQL transaction latency (ms)", ["txn_p50_ms"]),
     ("freshness_tiny", "Freshness, tiny puts (s)", ["fresh_tiny_p50_s", "fresh_tiny_p99_s"]),
     ("freshness_large", "Freshness, large stream (s)", ["fresh_large_p50_s", "fresh_large_p99_s"]),
-    ("rss", "Server RSS (MiB)", ["rss_mib"]),
+    ("rss", "Server RSS (MiB)", ["rss_mib", "reserved_mib", "rss_less_reserved_mib"]),
     ("disk", "Bytes on disk (MiB)", ["disk_data_mib", "disk_manifest_mib", "disk_manifest_list_mib", "disk_metadata_mib", "disk_total_mib"]),
     ("waiting", "Waiting out a cleanup grace (MiB)", ["waiting_mib"]),
     ("waiting_files", "Files waiting out a cleanup grace", ["waiting_files"]),
@@ -529,6 +531,10 @@ class Sampler:
         pass_count = m.get("skade_maintenance_pass_duration_seconds_count", 0.0)
         disk = self.wh.disk()
         total = sum(disk["sizes"].values())
+        # RSS counts the rows in flight, up to --memory-budget (2 GiB by default): a fast
+        # stream's share of it follows its speed of the moment, not the run's age.
+        rss = rss_bytes(self.pid)
+        reserved = m.get("skade_memory_reserved_bytes", 0.0)
         dt = (t - self.prev_t) if self.prev_t is not None else None
         prev = self.prev or {}
 
@@ -550,7 +556,9 @@ class Sampler:
             "fresh_large_p50_s": percentile(large, 0.5),
             "fresh_large_p99_s": percentile(large, 0.99),
             "scan_p50_ms": ms(percentile(scans, 0.5)),
-            "rss_mib": rss_bytes(self.pid) * mib,
+            "rss_mib": rss * mib,
+            "reserved_mib": reserved * mib,
+            "rss_less_reserved_mib": max(0, rss - reserved) * mib,
             "disk_data_mib": disk["sizes"]["data"] * mib,
             "disk_manifest_mib": disk["sizes"]["manifest"] * mib,
             "disk_manifest_list_mib": disk["sizes"]["manifest_list"] * mib,
@@ -622,6 +630,7 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     ratio_line("fresh_tiny_p99_s", "freshness p99, tiny (s)")
     ratio_line("rss_mib", "server RSS (MiB)")
     ratio_line("disk_bytes_per_row", "disk bytes per live row")
+    ratio_line("rss_less_reserved_mib", "server RSS less rows in flight (MiB)", target=False)
     ratio_line("rows_per_s", "rows/s", target=False)
     ratio_line("commits_per_s", "commits/s", target=False)
     ratio_line("fresh_large_p99_s", "freshness p99, large (s)", target=False)
@@ -800,8 +809,12 @@ def main() -> int:
         interrupted = True
     finally:
         stop.set()
+        # One minute for all of them together: a worker blocked in a put to a slow
+        # store (moto under the unthrottled large stream) is terminated, not waited for.
+        deadline = time.monotonic() + 60
         for w in workers:
-            w.join(timeout=60)
+            w.join(timeout=max(0.0, deadline - time.monotonic()))
+        for w in workers:
             if w.is_alive():
                 w.terminate()
         # Late events (errors of the workers' last moments).

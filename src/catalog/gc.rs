@@ -454,6 +454,12 @@ impl ReferenceWalker {
         self.read_back
     }
 
+    /// How many manifest lists, manifest names and manifests it keeps (for the
+    /// maintenance log).
+    pub fn kept(&self) -> (usize, usize, usize) {
+        (self.lists.len(), self.names.len(), self.files.len())
+    }
+
     /// Drops what was remembered and not used since the last call (files of expired
     /// snapshots), so the walker's memory follows the tables' live metadata.
     pub fn forget_unused(&mut self) {

@@ -256,6 +256,12 @@ fn written() -> MutexGuard<'static, Written> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Paths the registry of what this process wrote holds, not yet taken by a walk (at
+/// most [`WRITTEN_PATHS`]).
+pub fn written_paths() -> usize {
+    written().paths
+}
+
 /// The manifest paths of the list at `path` if this process wrote it and no walk took
 /// them yet (they leave the registry).
 pub fn take_written_list(path: &str) -> Option<Arc<[Arc<str>]>> {

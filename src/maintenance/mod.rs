@@ -17,7 +17,8 @@
 //! on the table as it now stands and commits that plan, or gives way when there is
 //! nothing left to do — maintenance never overwrites an append. Then
 //! 3. it compacts a run of small data files ([`compact`]; rows rewritten outside the
-//!    turn, the inputs checked and the `replace` commit made under it), and
+//!    turn, the inputs checked and the `replace` commit made under it) — in the
+//!    server, in a task of its own beside the passes ([`Maintainer::spawn`]) — and
 //! 4. it removes the files nothing references any more ([`cleanup`]), once the
 //!    unreferencing commit is durable and the grace period has passed
 //!    (`--cleanup-grace`; `--metadata-cleanup-grace` for metadata JSON), or earlier for
@@ -111,7 +112,8 @@ pub struct PassReport {
     /// Maintenance commits that gave way: the table moved under them and the plan on
     /// the table as it then stood was empty (compaction: its inputs were replaced).
     pub conflicts: usize,
-    /// Files cleanup removed.
+    /// Files cleanup removed: this pass's sweep's ([`Maintainer::run_pass`] waits for
+    /// them); in a background pass, the last sweep's, collected before it sweeps.
     pub removed: Vec<Removed>,
     /// What the last cleanup sweep (this pass's, or an earlier one) left waiting out a
     /// grace period.
@@ -137,6 +139,18 @@ pub struct Maintainer {
     budget: Option<crate::write::MemoryBudget>,
     /// Passes run one at a time.
     state: tokio::sync::Mutex<State>,
+    /// Compaction jobs run one at a time (inside a pass, or in their own task).
+    compaction: tokio::sync::Mutex<CompactionState>,
+}
+
+/// What compaction keeps across its jobs.
+#[derive(Debug, Default)]
+struct CompactionState {
+    /// The parsed manifest lists and manifests compaction reads (its own: in the
+    /// background it runs beside the passes).
+    manifests: crate::catalog::manifest_cache::ManifestCache,
+    /// Table → the current snapshot id when compaction last found nothing to do.
+    compacted: HashMap<String, i64>,
 }
 
 #[derive(Debug, Default)]
@@ -144,8 +158,6 @@ struct State {
     sweeper: Sweeper,
     /// Table → (current snapshot id, manifests it lists) when last read.
     manifests: HashMap<String, (i64, usize)>,
-    /// Table → the current snapshot id when compaction last found nothing to do.
-    compacted: HashMap<String, i64>,
     /// Table → metadata location at the last sweep.
     swept_at: HashMap<String, String>,
     /// When the last sweep ran.
@@ -165,6 +177,7 @@ impl Maintainer {
             target_file_bytes: 128 << 20,
             budget: None,
             state: tokio::sync::Mutex::default(),
+            compaction: tokio::sync::Mutex::default(),
         }
     }
 
@@ -187,24 +200,60 @@ impl Maintainer {
     /// [`Self::wake_after_commits`] catalog commits landed since the last pass, until
     /// `shutdown` is cancelled; a pass in progress then stops after the table it is on
     /// (so when the task has ended, nothing of it still uses the catalog).
+    ///
+    /// Compaction runs in a task of its own on the same schedule, so that expiry, merging
+    /// and cleanup never wait for rows being rewritten: in the soak run compaction was
+    /// two thirds of a pass, and a pass that took longer expired snapshots less often,
+    /// which made every commit's metadata JSON bigger (`docs/performance.md`, "Soak").
+    /// The returned task ends once both have.
     pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let passes = {
+            let (this, shutdown) = (Arc::clone(&self), shutdown.clone());
+            tokio::spawn(async move {
+                this.on_schedule(&shutdown, |this, stop| Box::pin(this.pass(Some(stop), false)))
+                    .await;
+            })
+        };
+        let compaction = self.config.compaction.then(|| {
+            let (this, shutdown) = (Arc::clone(&self), shutdown.clone());
+            tokio::spawn(async move {
+                this.on_schedule(&shutdown, |this, stop| Box::pin(this.compaction_pass(stop)))
+                    .await;
+            })
+        });
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(self.config.maintenance_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let wake_after = self.wake_after_commits();
-            loop {
-                let since = self.catalog.commit_count();
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tick.tick() => {}
-                    _ = commits_since(&self.catalog, since, wake_after) => tick.reset(),
-                }
-                if let Err(e) = self.pass(Some(&shutdown)).await {
-                    self.metrics.record_maintenance_error(e.job());
-                    warn!(error = %e, "maintenance pass failed");
-                }
+            let _ = passes.await;
+            if let Some(compaction) = compaction {
+                let _ = compaction.await;
             }
         })
+    }
+
+    /// Runs `job` every `--maintenance-interval`, and early once
+    /// [`Self::wake_after_commits`] catalog commits landed since it last started, until
+    /// `shutdown` is cancelled; counts and logs a job that failed.
+    async fn on_schedule<F>(&self, shutdown: &CancellationToken, job: F)
+    where
+        F: for<'a> Fn(
+            &'a Self,
+            &'a CancellationToken,
+        ) -> BoxFuture<'a, Result<PassReport, MaintenanceError>>,
+    {
+        let mut tick = tokio::time::interval(self.config.maintenance_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wake_after = self.wake_after_commits();
+        loop {
+            let since = self.catalog.commit_count();
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+                _ = commits_since(&self.catalog, since, wake_after) => tick.reset(),
+            }
+            if let Err(e) = job(self, shutdown).await {
+                self.metrics.record_maintenance_error(e.job());
+                warn!(error = %e, "maintenance pass failed");
+            }
+        }
     }
 
     /// Catalog commits (of any table) after which a pass starts before its interval:
@@ -216,7 +265,10 @@ impl Maintainer {
     }
 
     /// One pass over every table (see the module docs). Jobs that fail are logged,
-    /// counted and listed in the report; the pass goes on with the rest.
+    /// counted and listed in the report; the pass goes on with the rest. It returns once
+    /// the files its sweep removes are removed (the background passes of
+    /// [`Self::spawn`] leave a sweep's removals running beside the next pass, which
+    /// sweeps again only when they are done).
     ///
     /// # Errors
     /// [`MaintenanceError::Catalog`] when the tables cannot be listed.
@@ -227,11 +279,16 @@ impl Maintainer {
     /// that a later sweep removes. Blocking catalog reads it started finish on their own
     /// (and hold the catalog file open until then).
     pub async fn run_pass(&self) -> Result<PassReport, MaintenanceError> {
-        self.pass(None).await
+        self.pass(None, self.config.compaction).await
     }
 
-    /// [`Self::run_pass`], stopping between tables once `stop` is cancelled.
-    async fn pass(&self, stop: Option<&CancellationToken>) -> Result<PassReport, MaintenanceError> {
+    /// [`Self::run_pass`], stopping between tables once `stop` is cancelled; compacts
+    /// when `compact` (else [`Self::compaction_pass`] does, in its own task).
+    async fn pass(
+        &self,
+        stop: Option<&CancellationToken>,
+        compact: bool,
+    ) -> Result<PassReport, MaintenanceError> {
         let started = Instant::now();
         let stopped = || stop.is_some_and(CancellationToken::is_cancelled);
         let idents = self
@@ -251,12 +308,25 @@ impl Maintainer {
             if let Err(e) = self.maintain(ident, &mut state, &mut report).await {
                 report.errors.push(e);
             }
+            if compact && let Err(e) = self.compact_table(ident, &mut report).await {
+                report.errors.push(e);
+            }
         }
         if stopped() {
             return Ok(report);
         }
         self.forget_dropped(&idents, &mut state);
+        if compact {
+            self.forget_compacted(&idents).await;
+        }
         if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
+            report.errors.push(e);
+        }
+        // A pass called on its own ends with its removals done (they are in the
+        // report); the background passes leave them running.
+        if stop.is_none()
+            && let Err(e) = self.collect_removed(&mut state, &mut report).await
+        {
             report.errors.push(e);
         }
         report.waiting = state.sweeper.waiting();
@@ -317,10 +387,12 @@ impl Maintainer {
             return Ok(());
         }
         report.maintained += 1;
+        let started = Instant::now();
         // The files this table's jobs write before their commit (merged manifests,
         // compacted data files) are held like a put's, for every instance's cleanup.
         let _pin = self.catalog.pin_writes();
         let turns = self.catalog.commit_turns([&table]).await;
+        let turn_taken = started.elapsed();
         let uuid = table.metadata().uuid();
         let table = self
             .catalog
@@ -345,11 +417,12 @@ impl Maintainer {
             .map_err(failed("merge"))?;
         drop(turns);
         self.set_gauges(&name, &table, manifests);
-        if self.config.compaction {
-            self.compact(ident, table, state, report)
-                .await
-                .map_err(failed("compact"))?;
-        }
+        debug!(
+            table = %name,
+            wait_turn_ms = turn_taken.as_millis() as u64,
+            in_turn_ms = (started.elapsed() - turn_taken).as_millis() as u64,
+            "table maintained"
+        );
         Ok(())
     }
 
@@ -443,13 +516,96 @@ impl Maintainer {
         Ok((table, count))
     }
 
+    /// One compaction pass over every table ([`Self::compact_table`]), stopping between
+    /// tables once `stop` is cancelled: what [`Self::spawn`] runs beside the passes.
+    ///
+    /// # Errors
+    /// [`MaintenanceError::Catalog`] when the tables cannot be listed.
+    async fn compaction_pass(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<PassReport, MaintenanceError> {
+        let idents = self
+            .catalog
+            .all_tables()
+            .await
+            .map_err(|e| MaintenanceError::Catalog(Box::new(e)))?;
+        let mut report = PassReport {
+            tables: idents.len(),
+            ..PassReport::default()
+        };
+        for ident in &idents {
+            if stop.is_cancelled() {
+                return Ok(report);
+            }
+            if let Err(e) = self.compact_table(ident, &mut report).await {
+                report.errors.push(e);
+            }
+        }
+        self.forget_compacted(&idents).await;
+        for e in &report.errors {
+            self.metrics.record_maintenance_error(e.job());
+            warn!(error = %e, "maintenance job failed");
+        }
+        Ok(report)
+    }
+
+    /// Compaction of one table as it stands now, when this instance maintains it (on a
+    /// shared catalog, holds its maintenance lease).
+    async fn compact_table(
+        &self,
+        ident: &TableIdent,
+        report: &mut PassReport,
+    ) -> Result<(), MaintenanceError> {
+        let failed = |job: &'static str| {
+            let table = ident.to_string();
+            move |e: iceberg::Error| MaintenanceError::Job {
+                table,
+                job,
+                source: Box::new(e),
+            }
+        };
+        let table = match self.catalog.load_table(ident).await {
+            Ok(table) => table,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
+            Err(e) => return Err(failed("load")(e)),
+        };
+        if !self
+            .catalog
+            .maintains(ident)
+            .await
+            .map_err(failed("lease"))?
+        {
+            return Ok(());
+        }
+        // The files the job writes before its commit are held like a put's, for every
+        // instance's cleanup.
+        let _pin = self.catalog.pin_writes();
+        let started = Instant::now();
+        let mut state = self.compaction.lock().await;
+        self.compact(ident, table, &mut state, report)
+            .await
+            .map_err(failed("compact"))?;
+        debug!(table = %ident, compact_ms = started.elapsed().as_millis() as u64, "table compacted");
+        Ok(())
+    }
+
+    /// Forgets what compaction kept of tables no longer in the catalog, and the parsed
+    /// manifests it read that the tables' current snapshots no longer list.
+    async fn forget_compacted(&self, idents: &[TableIdent]) {
+        let live: HashSet<String> = idents.iter().map(ToString::to_string).collect();
+        let mut state = self.compaction.lock().await;
+        state.compacted.retain(|name, _| live.contains(name));
+        state.manifests.forget_unused();
+    }
+
     /// One compaction job on `table` (see [`compact`]): rows rewritten outside the
     /// table's commit turn, the inputs checked and the commit made under it.
     async fn compact(
         &self,
         ident: &TableIdent,
         table: Table,
-        state: &mut State,
+        state: &mut CompactionState,
         report: &mut PassReport,
     ) -> iceberg::Result<()> {
         let name = ident.to_string();
@@ -459,7 +615,7 @@ impl Maintainer {
         if state.compacted.get(&name) == Some(&current) {
             return Ok(());
         }
-        let cache = state.sweeper.manifests();
+        let cache = &mut state.manifests;
         let manifests = cache.current(&table).await?;
         let Some(rewrite) = compact::rewrite(
             &table,
@@ -474,7 +630,7 @@ impl Maintainer {
             return Ok(());
         };
         let turns = self.catalog.commit_turns([&table]).await;
-        let cache = tokio::sync::Mutex::new(state.sweeper.manifests());
+        let cache = tokio::sync::Mutex::new(&mut state.manifests);
         let (cache, rewrite) = (&cache, &rewrite);
         let outcome = self
             .commit(&turns, &table, move |current| {
@@ -562,7 +718,6 @@ impl Maintainer {
             .collect();
         for name in gone {
             state.manifests.remove(&name);
-            state.compacted.remove(&name);
             self.metrics.forget_table(&name);
         }
     }
@@ -581,6 +736,11 @@ impl Maintainer {
             job: "lease",
             source: Box::new(e),
         };
+        // The last sweep's removals run beside the passes; a new sweep waits for them.
+        if state.sweeper.removing() {
+            return Ok(());
+        }
+        self.collect_removed(state, report).await?;
         // On a shared catalog one instance at a time sweeps.
         if !self.catalog.sweeps().await.map_err(lease_failed)? {
             return Ok(());
@@ -641,7 +801,8 @@ impl Maintainer {
             .oldest_write_pin_anywhere()
             .await
             .map_err(lease_failed)?;
-        let removed = state
+        let started = Instant::now();
+        state
             .sweeper
             .sweep(
                 &FileStore::of(self.catalog.warehouse()),
@@ -656,6 +817,32 @@ impl Maintainer {
         let waiting = state.sweeper.waiting();
         self.metrics
             .set_cleanup_waiting(waiting.files, waiting.bytes);
+        let (kept, referenced, (lists, names, manifests)) = state.sweeper.kept_sizes();
+        debug!(
+            waiting = waiting.files,
+            sweep_ms = started.elapsed().as_millis() as u64,
+            kept,
+            referenced,
+            lists,
+            names,
+            manifests,
+            written_paths = crate::catalog::manifest_cache::written_paths(),
+            "swept"
+        );
+        Ok(())
+    }
+
+    /// Waits for the last sweep's removals (when there are any not yet collected),
+    /// counts the files they removed and adds them to `report`.
+    ///
+    /// # Errors
+    /// [`MaintenanceError::Cleanup`] when the removals failed (their files wait again).
+    async fn collect_removed(
+        &self,
+        state: &mut State,
+        report: &mut PassReport,
+    ) -> Result<(), MaintenanceError> {
+        let removed = state.sweeper.finish_removal().await?;
         for file in &removed {
             self.metrics
                 .record_file_deleted(file.kind.as_str(), file.bytes);
@@ -668,7 +855,7 @@ impl Maintainer {
         if early > 0 {
             warn!(
                 files = early,
-                max_waiting_bytes = limits.max_waiting_bytes,
+                max_waiting_bytes = self.config.cleanup_max_waiting,
                 "unreferenced files removed before their grace period ended: the files waiting out a grace passed --cleanup-max-waiting"
             );
         }

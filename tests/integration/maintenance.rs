@@ -858,6 +858,71 @@ async fn a_burst_of_commits_starts_a_pass_before_the_interval() {
     server.stop().await;
 }
 
+/// Live data files of `table`'s current snapshot (its summary's `total-data-files`).
+fn live_data_files(table: &Table) -> u64 {
+    table
+        .metadata()
+        .current_snapshot()
+        .and_then(|s| s.summary().additional_properties.get("total-data-files"))
+        .and_then(|v| v.parse().ok())
+        .expect("total-data-files")
+}
+
+/// In the background, expiry goes on while a compaction job waits: with the whole
+/// `--memory-budget` held elsewhere, compaction of a table of 30 small files waits for
+/// memory, and the spawned maintenance still expires the 10 commits made meanwhile,
+/// down to `--max-snapshots` (4), while no file is compacted; once the memory is free,
+/// the compaction lands (fewer live files, every row once) and the task ends at
+/// shutdown.
+/// Catches: compaction run inside the pass, where one job that waits stops every
+/// table's expiry, so each commit's metadata JSON grows with the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_goes_on_while_a_compaction_waits() {
+    let c = table_after(&[NO_MERGE], 30, 10).await;
+    let budget = write::MemoryBudget::new(64 << 20);
+    let held = budget.reserve(64 << 20).await;
+    let mut config = config(4, Duration::from_secs(3600));
+    config.compaction = true;
+    let m = Arc::new(
+        Maintainer::new(c.catalog.clone(), config, Metrics::new())
+            .with_target_file_size(1 << 20)
+            .with_memory_budget(budget.clone()),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let task = m.spawn(shutdown.clone());
+    let expired_to_four = || async {
+        loop {
+            let table = c.catalog.load_table(&ident("t")).await.unwrap();
+            if table.metadata().snapshots().len() <= 4 {
+                return table;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    common::within(30, expired_to_four()).await;
+    // The first pass expired; its compaction now waits for memory. Ten more commits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 30..40 {
+        append(&c.catalog, "t", i * 10, 10).await;
+    }
+    let expired = common::within(30, expired_to_four()).await;
+    assert_eq!(live_data_files(&expired), 40, "compacted without memory");
+    drop(held);
+    let compacted = common::within(30, async {
+        loop {
+            let table = c.catalog.load_table(&ident("t")).await.unwrap();
+            if live_data_files(&table) < 40 {
+                return table;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(ids(&compacted, None).await, expected_ids(40, 10));
+    shutdown.cancel();
+    common::within(30, task).await.unwrap();
+}
+
 /// Metadata JSON files that left the metadata log go after `--metadata-cleanup-grace`
 /// (1 s here), while every other unreferenced file still waits out the hour of
 /// `--cleanup-grace`: after 20 commits with `write.metadata.previous-versions-max=5`, a
