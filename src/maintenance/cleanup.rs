@@ -259,7 +259,11 @@ impl Sweeper {
     /// How many files it keeps waiting and referenced, and what its walker keeps
     /// ([`ReferenceWalker::kept`]), for the maintenance log.
     pub(crate) fn kept_sizes(&self) -> (usize, usize, (usize, usize, usize)) {
-        (self.unreferenced.len(), self.referenced.len(), self.walker.kept())
+        (
+            self.unreferenced.len(),
+            self.referenced.len(),
+            self.walker.kept(),
+        )
     }
 
     /// Whether the last sweep's removals are still running.

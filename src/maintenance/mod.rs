@@ -210,8 +210,10 @@ impl Maintainer {
         let passes = {
             let (this, shutdown) = (Arc::clone(&self), shutdown.clone());
             tokio::spawn(async move {
-                this.on_schedule(&shutdown, |this, stop| Box::pin(this.pass(Some(stop), false)))
-                    .await;
+                this.on_schedule(&shutdown, |this, stop| {
+                    Box::pin(this.pass(Some(stop), false))
+                })
+                .await;
             })
         };
         let compaction = self.config.compaction.then(|| {
@@ -305,11 +307,14 @@ impl Maintainer {
             if stopped() {
                 return Ok(report);
             }
-            if let Err(e) = self.maintain(ident, &mut state, &mut report).await {
-                report.errors.push(e);
-            }
-            if compact && let Err(e) = self.compact_table(ident, &mut report).await {
-                report.errors.push(e);
+            match self.maintain(ident, &mut state, &mut report).await {
+                Ok(Some(table)) if compact => {
+                    if let Err(e) = self.compact_loaded(ident, table, &mut report).await {
+                        report.errors.push(e);
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => report.errors.push(e),
             }
         }
         if stopped() {
@@ -338,34 +343,31 @@ impl Maintainer {
             report.maintained,
             report.held_elsewhere,
         );
+        self.record_errors(&report);
+        Ok(report)
+    }
+
+    /// Counts and logs the jobs of `report` that failed.
+    fn record_errors(&self, report: &PassReport) {
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
             warn!(error = %e, "maintenance job failed");
         }
-        Ok(report)
     }
 
     /// Expiry and merge of one table, under its commit turn; updates its gauges.
+    /// Returns the table as it stands after, when this instance maintains it (`None`:
+    /// another instance does, or the table was dropped).
     async fn maintain(
         &self,
         ident: &TableIdent,
         state: &mut State,
         report: &mut PassReport,
-    ) -> Result<(), MaintenanceError> {
+    ) -> Result<Option<Table>, MaintenanceError> {
         let name = ident.to_string();
-        let failed = |job: &'static str| {
-            let table = name.clone();
-            move |e: iceberg::Error| MaintenanceError::Job {
-                table,
-                job,
-                source: Box::new(e),
-            }
-        };
-        let table = match self.catalog.load_table(ident).await {
-            Ok(table) => table,
-            // Dropped since the listing.
-            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
-            Err(e) => return Err(failed("load")(e)),
+        let failed = |job| job_failed(ident, job);
+        let Some(table) = self.load_live(ident).await? else {
+            return Ok(None);
         };
         // What the table references now (every snapshot's manifest list and manifests,
         // the current one's among them) is read and parsed before the commit turn is
@@ -384,7 +386,7 @@ impl Maintainer {
             .map_err(failed("lease"))?
         {
             report.held_elsewhere += 1;
-            return Ok(());
+            return Ok(None);
         }
         report.maintained += 1;
         let started = Instant::now();
@@ -400,7 +402,7 @@ impl Maintainer {
             .await
             .map_err(failed("load"))?;
         if table.metadata().uuid() != uuid {
-            return Ok(()); // dropped and created again since: the next pass takes it
+            return Ok(None); // dropped and created again since: the next pass takes it
         }
         state
             .sweeper
@@ -423,7 +425,7 @@ impl Maintainer {
             in_turn_ms = (started.elapsed() - turn_taken).as_millis() as u64,
             "table maintained"
         );
-        Ok(())
+        Ok(Some(table))
     }
 
     /// Expires `table`'s snapshots when [`expire`] says so; returns the table as it
@@ -543,10 +545,7 @@ impl Maintainer {
             }
         }
         self.forget_compacted(&idents).await;
-        for e in &report.errors {
-            self.metrics.record_maintenance_error(e.job());
-            warn!(error = %e, "maintenance job failed");
-        }
+        self.record_errors(&report);
         Ok(report)
     }
 
@@ -557,37 +556,45 @@ impl Maintainer {
         ident: &TableIdent,
         report: &mut PassReport,
     ) -> Result<(), MaintenanceError> {
-        let failed = |job: &'static str| {
-            let table = ident.to_string();
-            move |e: iceberg::Error| MaintenanceError::Job {
-                table,
-                job,
-                source: Box::new(e),
-            }
-        };
-        let table = match self.catalog.load_table(ident).await {
-            Ok(table) => table,
-            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(()),
-            Err(e) => return Err(failed("load")(e)),
+        let Some(table) = self.load_live(ident).await? else {
+            return Ok(());
         };
         if !self
             .catalog
             .maintains(ident)
             .await
-            .map_err(failed("lease"))?
+            .map_err(|e| job_failed(ident, "lease")(e))?
         {
             return Ok(());
         }
-        // The files the job writes before its commit are held like a put's, for every
-        // instance's cleanup.
+        self.compact_loaded(ident, table, report).await
+    }
+
+    /// One compaction job on `table`, which this instance maintains, holding a write pin
+    /// for the files the job writes before its commit (for every instance's cleanup).
+    async fn compact_loaded(
+        &self,
+        ident: &TableIdent,
+        table: Table,
+        report: &mut PassReport,
+    ) -> Result<(), MaintenanceError> {
         let _pin = self.catalog.pin_writes();
         let started = Instant::now();
         let mut state = self.compaction.lock().await;
         self.compact(ident, table, &mut state, report)
             .await
-            .map_err(failed("compact"))?;
+            .map_err(|e| job_failed(ident, "compact")(e))?;
         debug!(table = %ident, compact_ms = started.elapsed().as_millis() as u64, "table compacted");
         Ok(())
+    }
+
+    /// `ident`'s table, or `None` when it was dropped since the tables were listed.
+    async fn load_live(&self, ident: &TableIdent) -> Result<Option<Table>, MaintenanceError> {
+        match self.catalog.load_table(ident).await {
+            Ok(table) => Ok(Some(table)),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(None),
+            Err(e) => Err(job_failed(ident, "load")(e)),
+        }
     }
 
     /// Forgets what compaction kept of tables no longer in the catalog, and the parsed
@@ -864,6 +871,19 @@ impl Maintainer {
         }
         report.removed.extend(removed);
         Ok(())
+    }
+}
+
+/// The error of `job` on `ident`'s table, from iceberg's or the catalog's `error`.
+fn job_failed(
+    ident: &TableIdent,
+    job: &'static str,
+) -> impl FnOnce(iceberg::Error) -> MaintenanceError {
+    let table = ident.to_string();
+    move |e| MaintenanceError::Job {
+        table,
+        job,
+        source: Box::new(e),
     }
 }
 
