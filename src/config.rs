@@ -134,6 +134,20 @@ pub struct CatalogConfig {
         default_value_t = 16
     )]
     pub pool_size: usize,
+
+    /// How commits of one table from several instances sharing a PostgreSQL catalog
+    /// take turns: `database`, one turn across the instances (an advisory lock per table
+    /// in the database, held from the table's load to its release, on up to
+    /// `--catalog-pool-size` more connections); `instance`, each instance's own turns
+    /// only (instances stage at once; a commit that loses the compare-and-swap stages
+    /// again). `docs/scale-out.md` has the measurement behind the default.
+    #[arg(
+        long = "catalog-commit-turn",
+        env = "SKADE_CATALOG_COMMIT_TURN",
+        value_enum,
+        default_value_t = crate::catalog::postgres::turns::CommitTurn::Database
+    )]
+    pub commit_turn: crate::catalog::postgres::turns::CommitTurn,
 }
 
 /// Where table data lives: a local directory or an S3 prefix (README, "Object storage").

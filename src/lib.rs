@@ -348,6 +348,7 @@ async fn open_service(
             url,
             &config.catalog.name,
             config.catalog.pool_size,
+            config.catalog.commit_turn,
             warehouse,
         )
         .await

@@ -24,6 +24,8 @@ pub const FILE_SYNCS_TOTAL: &str = "skade_file_syncs_total";
 /// Commits staged again after a compare-and-swap conflict (the table moved under them:
 /// on a shared catalog, mostly another instance's commit of the same table).
 pub const COMMIT_CONFLICTS_TOTAL: &str = "skade_commit_conflicts_total";
+/// Commits on a shared catalog that went ahead without their turn across instances.
+pub const COMMIT_TURN_SKIPPED_TOTAL: &str = "skade_commit_turn_skipped_total";
 /// Seconds of one catalog commit, label `lane` = `stream` | `multi`.
 pub const COMMIT_DURATION_SECONDS: &str = "skade_commit_duration_seconds";
 /// Rows made visible, label `table`.
@@ -479,7 +481,7 @@ impl Metrics {
     /// are kept — as [`CATALOG_COMMITS_TOTAL`] and [`FILE_SYNCS_TOTAL`], read at scrape
     /// time. Only the first catalog given is shown.
     pub fn count_catalog(&self, counts: CommitCounts) {
-        let pulled: [(&str, &str, ReadCount); 3] = [
+        let pulled: [(&str, &str, ReadCount); 4] = [
             (
                 CATALOG_COMMITS_TOTAL,
                 "Durable redb write transactions on the data paths (commit fsyncs).",
@@ -494,6 +496,11 @@ impl Metrics {
                 COMMIT_CONFLICTS_TOTAL,
                 "Commits staged again after a compare-and-swap conflict.",
                 CommitCounts::conflicts,
+            ),
+            (
+                COMMIT_TURN_SKIPPED_TOTAL,
+                "Commits on a shared catalog that went ahead without their turn across instances (no turn connection free, or the database failing).",
+                CommitCounts::turns_skipped,
             ),
         ];
         for (name, help, read) in pulled {

@@ -9,10 +9,12 @@
 //!   in-process server, redb vs PostgreSQL: commits/s, target postgres/redb ≥ 0.7;
 //! - one large put (`ingest`'s end-to-end lane, `SKADE_SHARED_ROWS` rows, 2,000,000),
 //!   redb vs PostgreSQL: rows/s, target postgres/redb ≥ 0.95;
-//! - three in-process instances (`skade::start` ×3, one database, one warehouse dir), one
-//!   stream of tiny puts each, into ONE table and into three tables: total commits/s and
-//!   compare-and-swap retries per commit (`skade_commit_conflicts_total` summed over the
-//!   three, per acknowledged put);
+//! - three and six in-process instances (`skade::start`, one database, one warehouse
+//!   dir), one stream of tiny puts each, into ONE table and into a table each, under both
+//!   `--catalog-commit-turn`s (`database`: an advisory lock per table across instances;
+//!   `instance`: compare-and-swap with re-stage): total commits/s, compare-and-swap
+//!   retries per commit (`skade_commit_conflicts_total` summed over the instances, per
+//!   acknowledged put) and puts aborted after the server's re-stages;
 //! - PostgreSQL's own floor: raw one-row `UPDATE` autocommit transactions over
 //!   tokio-postgres, one connection; three connections on one row; 16 connections on 16
 //!   rows (the database's commit rate with group commit in its WAL).
@@ -24,7 +26,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use skade::metrics::{CATALOG_COMMITS_TOTAL, COMMIT_CONFLICTS_TOTAL};
+use skade::catalog::postgres::turns::CommitTurn;
+use skade::metrics::{CATALOG_COMMITS_TOTAL, COMMIT_CONFLICTS_TOTAL, COMMIT_TURN_SKIPPED_TOTAL};
 
 use crate::common::*;
 use crate::multi::Scrape;
@@ -104,15 +107,21 @@ impl Cluster {
     }
 }
 
+/// Instances in the fleet lanes.
+const FLEET_SIZES: [usize; 2] = [3, 6];
+
 /// A server on a fresh data dir: the redb catalog when `catalog` is `None`, else that
-/// PostgreSQL database; the warehouse `warehouse` or the default under the data dir.
+/// PostgreSQL database with commit turns `turn`; the warehouse `warehouse` or the
+/// default under the data dir.
 async fn start_server(
     catalog: Option<&str>,
+    turn: CommitTurn,
     warehouse: Option<&Path>,
 ) -> (skade::Running, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = skade::Config::for_tests(dir.path());
     config.catalog.url = catalog.map(str::to_string);
+    config.catalog.commit_turn = turn;
     config.storage.warehouse = warehouse.map(|w| w.to_string_lossy().into_owned());
     let running = skade::start(config).await.expect("server");
     (running, dir)
@@ -162,7 +171,7 @@ async fn tiny_puts(
 /// untimed put that creates the table).
 async fn one_stream(catalog: Option<&str>, puts: usize) -> f64 {
     settle().await;
-    let (running, dir) = start_server(catalog, None).await;
+    let (running, dir) = start_server(catalog, CommitTurn::default(), None).await;
     let mut client = connect(running.flight_addr).await;
     tiny_puts(&mut client, "one", 1, 0).await;
     let (secs, aborted) = tiny_puts(&mut client, "one", puts, 10).await;
@@ -176,7 +185,7 @@ async fn one_stream(catalog: Option<&str>, puts: usize) -> f64 {
 async fn one_large_put(catalog: Option<&str>, batches: &[RecordBatch]) -> f64 {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     settle().await;
-    let (running, dir) = start_server(catalog, None).await;
+    let (running, dir) = start_server(catalog, CommitTurn::default(), None).await;
     let mut client = connect(running.flight_addr).await;
     let started = Instant::now();
     let acks = put(&mut client, "large", batches[0].schema(), batches.to_vec()).await;
@@ -198,16 +207,19 @@ struct Fleet {
     transactions: f64,
     /// Puts the server ended with `Aborted` (sent again), over the timed puts.
     aborted: usize,
+    /// `skade_commit_turn_skipped_total` summed likewise.
+    skipped: f64,
 }
 
-/// Three instances on database `url` and one new warehouse dir, one stream of `puts`
-/// tiny puts each, into one table (`one_table`) or a table per stream.
-async fn three_instances(url: &str, puts: usize, one_table: bool) -> Fleet {
+/// `count` instances on database `url` with commit turns `turn` and one new warehouse
+/// dir, one stream of `puts` tiny puts each, into one table (`one_table`) or a table per
+/// stream.
+async fn fleet(url: &str, count: usize, turn: CommitTurn, puts: usize, one_table: bool) -> Fleet {
     settle().await;
     let warehouse = tempfile::tempdir().expect("warehouse dir");
     let mut instances = Vec::new();
-    for _ in 0..3 {
-        instances.push(start_server(Some(url), Some(warehouse.path())).await);
+    for _ in 0..count {
+        instances.push(start_server(Some(url), turn, Some(warehouse.path())).await);
     }
     let table = |i: usize| {
         if one_table {
@@ -253,12 +265,14 @@ async fn three_instances(url: &str, puts: usize, one_table: bool) -> Fleet {
     }
     drop(warehouse);
     Fleet {
-        commits_per_s: (3 * puts) as f64 / secs,
-        commits: 3 * puts,
+        commits_per_s: (count * puts) as f64 / secs,
+        commits: count * puts,
         conflicts: counts(&after, COMMIT_CONFLICTS_TOTAL) - counts(&before, COMMIT_CONFLICTS_TOTAL),
         transactions: counts(&after, CATALOG_COMMITS_TOTAL)
             - counts(&before, CATALOG_COMMITS_TOTAL),
         aborted,
+        skipped: counts(&after, COMMIT_TURN_SKIPPED_TOTAL)
+            - counts(&before, COMMIT_TURN_SKIPPED_TOTAL),
     }
 }
 
@@ -314,7 +328,15 @@ pub(crate) async fn shared(runs: usize) {
 
     let (mut redb_commits, mut pg_commits) = (Vec::new(), Vec::new());
     let (mut redb_rows, mut pg_rows) = (Vec::new(), Vec::new());
-    let (mut one_table, mut three_tables) = (Vec::new(), Vec::new());
+    // Fleet lanes, keyed (instances, one table, turn); the order alternates by run.
+    let mut lanes: Vec<((usize, bool, CommitTurn), Vec<Fleet>)> = Vec::new();
+    for count in FLEET_SIZES {
+        for one in [true, false] {
+            for turn in [CommitTurn::Database, CommitTurn::Instance] {
+                lanes.push(((count, one, turn), Vec::new()));
+            }
+        }
+    }
     for run in 0..runs {
         for pg_lane in [run % 2 == 1, run % 2 == 0] {
             if pg_lane {
@@ -332,14 +354,16 @@ pub(crate) async fn shared(runs: usize) {
                 redb_rows.push(one_large_put(None, &large).await);
             }
         }
-        for one in [run % 2 == 0, run % 2 == 1] {
+        let order: Vec<usize> = if run % 2 == 0 {
+            (0..lanes.len()).collect()
+        } else {
+            (0..lanes.len()).rev().collect()
+        };
+        for lane in order {
+            let (count, one, turn) = lanes[lane].0;
             let url = cluster.database().await;
-            let fleet = three_instances(&url, puts, one).await;
-            if one {
-                one_table.push(fleet);
-            } else {
-                three_tables.push(fleet);
-            }
+            let result = fleet(&url, count, turn, puts, one).await;
+            lanes[lane].1.push(result);
         }
     }
     let url = cluster.database().await;
@@ -354,7 +378,7 @@ pub(crate) async fn shared(runs: usize) {
     let (pc, pc_min, pc_max) = summary(&pg_commits);
     let (rr, rr_min, rr_max) = summary(&redb_rows);
     let (pr, pr_min, pr_max) = summary(&pg_rows);
-    let fleet = |lane: &[Fleet]| {
+    let fleet_summary = |lane: &[Fleet]| {
         let rates: Vec<f64> = lane.iter().map(|f| f.commits_per_s).collect();
         let retries: Vec<f64> = lane
             .iter()
@@ -365,15 +389,21 @@ pub(crate) async fn shared(runs: usize) {
             .map(|f| f.commits as f64 / f.transactions.max(1.0))
             .collect();
         let aborted: Vec<String> = lane.iter().map(|f| f.aborted.to_string()).collect();
+        let skipped: f64 = lane.iter().map(|f| f.skipped).sum();
         (
             summary(&rates),
             summary(&retries),
             summary(&per_txn).0,
             aborted.join(", "),
+            skipped,
         )
     };
-    let ((o, o_min, o_max), (o_r, o_r_min, o_r_max), o_txn, o_ab) = fleet(&one_table);
-    let ((t, t_min, t_max), (t_r, t_r_min, t_r_max), t_txn, t_ab) = fleet(&three_tables);
+    // The flag's own value names (`--catalog-commit-turn`).
+    let turn_name = |turn: CommitTurn| {
+        clap::ValueEnum::to_possible_value(&turn)
+            .map(|value| value.get_name().to_string())
+            .unwrap_or_default()
+    };
     let met = |ok: bool| if ok { "met" } else { "not met" };
     println!(
         "shared: redb vs PostgreSQL catalog (private cluster, fsync and synchronous_commit on), {runs} runs, medians (min–max); {puts} tiny puts (10 rows) per stream, large put {rows} rows"
@@ -384,12 +414,14 @@ pub(crate) async fn shared(runs: usize) {
     println!("| --- | --- | --- | --- | --- | --- |");
     println!("| redb, 1 instance, 1 stream | {rc:.0} | {rc_min:.0}–{rc_max:.0} | | | |");
     println!("| postgres, 1 instance, 1 stream | {pc:.0} | {pc_min:.0}–{pc_max:.0} | | | |");
-    println!(
-        "| postgres, 3 instances, 1 stream each, 1 table | {o:.0} | {o_min:.0}–{o_max:.0} | {o_r:.2} ({o_r_min:.2}–{o_r_max:.2}) | {o_txn:.2} | {o_ab} |"
-    );
-    println!(
-        "| postgres, 3 instances, 1 stream each, 3 tables | {t:.0} | {t_min:.0}–{t_max:.0} | {t_r:.2} ({t_r_min:.2}–{t_r_max:.2}) | {t_txn:.2} | {t_ab} |"
-    );
+    for ((count, one, turn), results) in &lanes {
+        let ((c, c_min, c_max), (r, r_min, r_max), txn, ab, skipped) = fleet_summary(results);
+        let tables = if *one { "1 table" } else { "a table each" };
+        println!(
+            "| postgres, {count} instances, 1 stream each, {tables}, turn {} | {c:.0} | {c_min:.0}–{c_max:.0} | {r:.2} ({r_min:.2}–{r_max:.2}) | {txn:.2} | {ab} (turns skipped: {skipped:.0}) |",
+            turn_name(*turn)
+        );
+    }
     println!("| raw PostgreSQL one-row UPDATE, 1 connection | {floor_one:.0} | | | | |");
     println!("| raw PostgreSQL one-row UPDATE, 3 connections, same row | {floor_row:.0} | | | | |");
     println!("| raw PostgreSQL one-row UPDATE, 16 connections, 16 rows | {floor_db:.0} | | | | |");
@@ -408,12 +440,24 @@ pub(crate) async fn shared(runs: usize) {
         pr / 1e6,
         rr / 1e6
     );
-    println!(
-        "shared: 3 instances, 1 table: {o:.0} commits/s, {o_r:.2} retries per commit; puts aborted after the server's re-stages and sent again: {o_ab}"
-    );
-    println!(
-        "shared: 3 instances, 3 tables: {t:.0} commits/s, {t_r:.2} retries per commit; puts aborted and sent again: {t_ab}"
-    );
+    for count in FLEET_SIZES {
+        for one in [true, false] {
+            let lane = |turn| {
+                lanes
+                    .iter()
+                    .find(|(key, _)| *key == (count, one, turn))
+                    .map(|(_, results)| fleet_summary(results))
+                    .expect("every lane ran")
+            };
+            let ((d, ..), (d_r, ..), _, d_ab, _) = lane(CommitTurn::Database);
+            let ((i, ..), (i_r, ..), _, i_ab, _) = lane(CommitTurn::Instance);
+            let tables = if one { "1 table" } else { "a table each" };
+            println!(
+                "shared: {count} instances, {tables}: turn database/instance commits = {:.2}; database {d:.0} commits/s, {d_r:.2} retries per commit, aborted {d_ab}; instance {i:.0} commits/s, {i_r:.2} retries per commit, aborted {i_ab}",
+                d / i
+            );
+        }
+    }
     println!(
         "shared: PostgreSQL floor: {floor_one:.0} commits/s on 1 connection, {floor_row:.0} on one row from 3, {floor_db:.0} on 16 rows from 16"
     );

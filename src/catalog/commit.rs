@@ -15,7 +15,9 @@
 //!    partition spec the data files were split by;
 //! 4. run the caller's `stage(&current)` — the only part that differs between callers;
 //! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
-//!    transaction, group-committed);
+//!    transaction, group-committed), built on the tables as loaded in 2
+//!    ([`Release::AdvanceLoaded`]: the release reads no pointer again; its
+//!    compare-and-swap catches one moved since);
 //! 6. on a retryable conflict of the release, go back to 2 under [`COMMIT_POLICY`]
 //!    ([`SHARED_COMMIT_POLICY`] on a shared catalog).
 //!
@@ -26,10 +28,11 @@
 //!   now stand, at most [`COMMIT_RETRIES`] times, waiting [`RETRY_BASE_WAIT`] before the
 //!   first re-stage and twice as long before each further one (20, 40, 80, 160 ms) — the
 //!   count of iceberg's `commit.retry.num-retries` default, Java's exponential backoff.
-//!   On a shared (PostgreSQL) catalog, where other instances' commits of the same table
-//!   do not wait for this process's turn, [`SHARED_COMMIT_POLICY`] applies instead: up
+//!   On a shared (PostgreSQL) catalog, where writers that take no turn conflict (another
+//!   JDBC-catalog engine; every instance with `--catalog-commit-turn instance`; a commit
+//!   whose database turn could not be had), [`SHARED_COMMIT_POLICY`] applies instead: up
 //!   to 12 re-stages, each wait capped at 320 ms and jittered (half to all of it) so
-//!   that instances that conflicted together do not stage again in lockstep.
+//!   that writers that conflicted together do not stage again in lockstep.
 //! - An error of `stage` is never retried: the stage saw the table as it stands and
 //!   refused to build on it. This is how callers that commit *someone else's*
 //!   requirements (a REST `updateTable`, the `iceberg::Catalog` face) refuse a failed
@@ -86,10 +89,12 @@ pub const COMMIT_POLICY: CommitPolicy = CommitPolicy {
     jitter: false,
 };
 
-/// The policy of every commit on a shared (PostgreSQL) catalog: commit turns are per
-/// process, so instances committing one table conflict whenever their commits overlap;
-/// more re-stages, each wait jittered and capped at 320 ms, let them take turns
-/// (measured in `skade-bench -- shared`, counted in `skade_commit_conflicts_total`).
+/// The policy of every commit on a shared (PostgreSQL) catalog: writers that take no
+/// commit turn (another JDBC-catalog engine, instances with `--catalog-commit-turn
+/// instance`, a commit whose database turn could not be had) conflict whenever their
+/// commits overlap; more re-stages, each wait jittered and capped at 320 ms, let them
+/// take turns (measured in `skade-bench -- shared`, counted in
+/// `skade_commit_conflicts_total`).
 pub const SHARED_COMMIT_POLICY: CommitPolicy = CommitPolicy {
     retries: 12,
     base_wait: RETRY_BASE_WAIT,
@@ -187,17 +192,26 @@ impl<T> Outcome<T> {
     }
 }
 
-/// This process's commit turns on some tables, held until dropped ([`RedbCatalog::commit_turns`]).
+/// This process's commit turns on some tables, held until dropped ([`RedbCatalog::commit_turns`]);
+/// on a shared catalog also the same turns across instances, when they could be had.
 #[derive(Debug)]
 #[must_use = "dropping the turns lets other commits of the tables run"]
 pub struct CommitTurns {
     uuids: Vec<uuid::Uuid>,
+    /// Dropped first: the database turns are handed back while this process's are held.
+    database: Option<super::postgres::turns::DatabaseTurns>,
     _held: Vec<OwnedMutexGuard<()>>,
 }
 
 impl CommitTurns {
     fn covers(&self, uuid: uuid::Uuid) -> bool {
         self.uuids.binary_search(&uuid).is_ok()
+    }
+
+    /// The pointer of `ident` read when the database turn was taken, for the first
+    /// commit under these turns only.
+    fn fresh_pointer(&self, ident: &iceberg::TableIdent) -> Option<String> {
+        self.database.as_ref()?.take_pointer(ident)
     }
 }
 
@@ -236,20 +250,45 @@ impl RedbCatalog {
     /// moves those tables; commits from elsewhere are still caught by the release's
     /// compare-and-swap. Also what a drop or rename waits on (REST DDL).
     ///
+    /// On a shared catalog with `--catalog-commit-turn database` it then takes the same
+    /// turns in the catalog database, waiting while another instance commits one of the
+    /// tables ([`super::postgres::turns`]). When they cannot be had (no turn connection
+    /// free, the database failing) the turns are this process's only, the commit goes
+    /// ahead under the compare-and-swap, and `skade_commit_turn_skipped_total` counts it.
+    ///
     /// # Cancel safety
     /// Dropping the future before it completes takes no turn.
     pub async fn commit_turns<'t>(
         &self,
         tables: impl IntoIterator<Item = &'t Table>,
     ) -> CommitTurns {
-        let mut uuids: Vec<uuid::Uuid> = tables.into_iter().map(|t| t.metadata().uuid()).collect();
-        uuids.sort_unstable();
-        uuids.dedup();
+        let mut tables: Vec<(uuid::Uuid, &iceberg::TableIdent)> = tables
+            .into_iter()
+            .map(|t| (t.metadata().uuid(), t.identifier()))
+            .collect();
+        tables.sort_unstable_by_key(|(uuid, _)| *uuid);
+        tables.dedup_by_key(|(uuid, _)| *uuid);
+        let uuids: Vec<uuid::Uuid> = tables.iter().map(|(uuid, _)| *uuid).collect();
         let mut held = Vec::with_capacity(uuids.len());
         for &uuid in &uuids {
             held.push(self.turns.lock_of(uuid).lock_owned().await);
         }
-        CommitTurns { uuids, _held: held }
+        let database = match self.database() {
+            None => None,
+            Some(pg) => match pg.take_turns(&tables).await {
+                Ok(turns) => turns,
+                Err(e) => {
+                    self.committer.counters.record_turn_skipped();
+                    tracing::debug!(error = %e, "commit without its turn across instances");
+                    None
+                }
+            },
+        };
+        CommitTurns {
+            uuids,
+            database,
+            _held: held,
+        }
     }
 
     /// Runs one commit of `targets` through the driver (module docs): takes their turns,
@@ -319,7 +358,9 @@ impl RedbCatalog {
         loop {
             // The first attempt builds on the caller's handles where they are still
             // current; after a conflict every table is loaded again.
-            let current = self.load_current(targets, attempt == 0).await?;
+            let current = self
+                .load_current(targets, (attempt == 0).then_some(turns))
+                .await?;
             for (target, current) in targets.iter().zip(&current) {
                 if let CommitTarget::Existing { table, same_spec } = target {
                     same_table(table, current)?;
@@ -348,9 +389,11 @@ impl RedbCatalog {
                 .zip(current)
                 .zip(staged)
                 .map(|((target, table), (requirements, updates))| match target {
-                    CommitTarget::Existing { .. } => {
-                        Release::Advance((table.identifier().clone(), requirements, updates))
-                    }
+                    CommitTarget::Existing { .. } => Release::AdvanceLoaded {
+                        table,
+                        requirements,
+                        updates,
+                    },
                     CommitTarget::Create(_) => Release::Create {
                         table,
                         requirements,
@@ -404,17 +447,25 @@ impl RedbCatalog {
     }
 
     /// Every target's table as it stands, all at once: a planned table as given; an
-    /// existing one as the caller's handle when `reuse` and its pointer has not moved,
-    /// else loaded.
-    async fn load_current(&self, targets: &[CommitTarget], reuse: bool) -> Result<Vec<Table>> {
+    /// existing one as the caller's handle when `reuse` is given and its pointer has not
+    /// moved (the pointer read when the database turn was taken, else read now), else
+    /// loaded.
+    async fn load_current(
+        &self,
+        targets: &[CommitTarget],
+        reuse: Option<&CommitTurns>,
+    ) -> Result<Vec<Table>> {
         try_join_all(targets.iter().map(|target| async move {
             let table = match target {
                 CommitTarget::Create(planned) => return Ok(planned.clone()),
                 CommitTarget::Existing { table, .. } => table,
             };
             let ident = table.identifier();
-            if reuse {
-                let at = self.metadata_location(ident).await?;
+            if let Some(turns) = reuse {
+                let at = match turns.fresh_pointer(ident) {
+                    Some(at) => at,
+                    None => self.metadata_location(ident).await?,
+                };
                 if table.metadata_location() == Some(at.as_str()) {
                     return Ok(table.clone());
                 }

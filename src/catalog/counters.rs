@@ -33,6 +33,8 @@ pub(super) struct Counters {
     syncs: AtomicU64,
     /// Commits the driver staged again after a compare-and-swap conflict.
     conflicts: AtomicU64,
+    /// Commit turns on a shared catalog taken without their turn across instances.
+    turns_skipped: AtomicU64,
 }
 
 impl Counters {
@@ -59,6 +61,11 @@ impl Counters {
     pub(super) fn record_conflict(&self) {
         self.conflicts.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Records one commit turn on a shared catalog taken without the database turn.
+    pub(super) fn record_turn_skipped(&self) {
+        self.turns_skipped.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A shared read handle of one catalog's data-commit counts ([`RedbCatalog::commit_counts`]);
@@ -82,6 +89,13 @@ impl CommitCounts {
     /// turn, or of another instance or JDBC-catalog writer sharing the database).
     pub fn conflicts(&self) -> u64 {
         self.0.conflicts.load(Ordering::Relaxed)
+    }
+
+    /// Commit turns on a shared catalog (`--catalog-commit-turn database`) that went
+    /// ahead without their turn across instances: no turn connection was free or the
+    /// database failed ([`RedbCatalog::commit_turns`]). Always 0 on the redb catalog.
+    pub fn turns_skipped(&self) -> u64 {
+        self.0.turns_skipped.load(Ordering::Relaxed)
     }
 }
 

@@ -223,7 +223,15 @@ pub async fn collect_garbage_shared(
     options: GcOptions,
 ) -> Result<GcReport, GcError> {
     let store = FileStore::of(&warehouse);
-    let catalog = RedbCatalog::open_postgres(url, catalog_name, pool_size, warehouse).await?;
+    // gc commits nothing: no commit turns.
+    let catalog = RedbCatalog::open_postgres(
+        url,
+        catalog_name,
+        pool_size,
+        crate::catalog::postgres::turns::CommitTurn::Instance,
+        warehouse,
+    )
+    .await?;
     let database_error = |e| GcError::Database(Box::new(e));
     // First the pins, then the tables: a writer pinned after this read writes only files
     // newer than the pin, and one pinned before it is in it.

@@ -143,7 +143,8 @@ impl RedbCatalog {
 
     /// Opens the catalog kept in the PostgreSQL database at `url` (`postgres://user:
     /// password@host:port/database`) under the JDBC catalog name `catalog_name`, with at
-    /// most `pool_size` connections, tables under `warehouse` — which every instance
+    /// most `pool_size` connections (and as many more for commit turns when `turn` is
+    /// [`postgres::turns::CommitTurn::Database`]), tables under `warehouse` — which every instance
     /// sharing the database must reach the same way (one S3 prefix, or one directory
     /// they all mount). Creates or upgrades the catalog's tables (safe from several
     /// instances at once) and registers this instance ([`postgres`], README "Running
@@ -160,11 +161,12 @@ impl RedbCatalog {
         url: &str,
         catalog_name: &str,
         pool_size: usize,
+        turn: postgres::turns::CommitTurn,
         warehouse: Warehouse,
     ) -> std::result::Result<Arc<Self>, OpenError> {
         // The database first: a start refused by it creates nothing on disk.
         let pins: Arc<pins::Pins> = Arc::default();
-        let store = postgres::PgStore::connect(url, catalog_name, pool_size, pins.clone())
+        let store = postgres::PgStore::connect(url, catalog_name, pool_size, turn, pins.clone())
             .await
             .map_err(OpenError::Database)?;
         let warehouse = local_absolute(warehouse).map_err(OpenError::Warehouse)?;

@@ -39,6 +39,19 @@ pub enum Release {
     /// Advance an existing table: its identifier, the requirements its current metadata
     /// must meet, and the updates to apply (as [`ReleaseEntry`]).
     Advance(ReleaseEntry),
+    /// Advance an existing table as the caller just loaded it (the commit driver, which
+    /// loads every table under its commit turn): the requirements are checked against
+    /// that metadata and the compare-and-swap made against its location, without reading
+    /// the pointer again. A pointer moved since the load is a retryable conflict, as for
+    /// [`Release::Advance`].
+    AdvanceLoaded {
+        /// The table as loaded (its metadata location is the compare-and-swap's base).
+        table: Table,
+        /// Requirements on that metadata.
+        requirements: Vec<TableRequirement>,
+        /// Updates to apply on top of it.
+        updates: Vec<TableUpdate>,
+    },
     /// Create a table that does not exist yet, with its first updates applied: `table`
     /// comes from [`RedbCatalog::plan_table`] (nothing of it is in the catalog), and the
     /// requirements are checked against its planned metadata.
@@ -105,7 +118,9 @@ impl RedbCatalog {
         for entry in &batch {
             let ident = match entry {
                 Release::Advance((ident, _, _)) => ident,
-                Release::Create { table, .. } => table.identifier(),
+                Release::AdvanceLoaded { table, .. } | Release::Create { table, .. } => {
+                    table.identifier()
+                }
             };
             if !seen.insert(ident.clone()) {
                 return Err(Error::new(
@@ -122,8 +137,14 @@ impl RedbCatalog {
         let prepared = futures::future::try_join_all(batch.into_iter().map(|entry| async {
             match entry {
                 Release::Advance((ident, requirements, updates)) => {
-                    self.prepare_commit(&ident, requirements, updates).await
+                    let base = self.load_table(&ident).await?;
+                    self.prepare_commit(base, requirements, updates).await
                 }
+                Release::AdvanceLoaded {
+                    table,
+                    requirements,
+                    updates,
+                } => self.prepare_commit(table, requirements, updates).await,
                 Release::Create {
                     table,
                     requirements,
@@ -295,14 +316,16 @@ impl RedbCatalog {
         .await
     }
 
-    /// Builds and writes the new metadata for one table; does not move its pointer.
+    /// Builds and writes the new metadata for one table on `base` (its metadata location
+    /// is the compare-and-swap's base); does not move its pointer.
     pub(super) async fn prepare_commit(
         &self,
-        ident: &TableIdent,
+        base: Table,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
     ) -> Result<PreparedCommit> {
-        let base = self.load_table(ident).await?;
+        let ident = base.identifier().clone();
+        let ident = &ident;
         for requirement in &requirements {
             requirement.check(Some(base.metadata()))?;
         }

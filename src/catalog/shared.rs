@@ -21,10 +21,47 @@ impl RedbCatalog {
         let Some(pg) = self.database() else {
             return Ok(true);
         };
-        let mut parts = vec!["maintain", pg.catalog_name()];
-        parts.extend(ident.namespace().as_ref().iter().map(String::as_str));
-        parts.push(ident.name());
-        pg.hold_lease(&parts).await
+        pg.hold_lease(&lease_of(pg.catalog_name(), ident)).await
+    }
+
+    /// Hands back the maintenance leases this instance holds on tables that are gone:
+    /// not in `listed` (the tables of the catalog as a pass listed them) and not in the
+    /// catalog now. Without it a dropped table's lease would stay with this instance
+    /// until it stopped, and a table created again under the name could be maintained
+    /// only here. Returns how many were handed back; nothing on the redb catalog.
+    ///
+    /// # Errors
+    /// The catalog database's error: the leases are then kept until the next call.
+    pub async fn release_leases_of_dropped(&self, listed: &[TableIdent]) -> Result<usize> {
+        let Some(pg) = self.database() else {
+            return Ok(0);
+        };
+        let catalog = pg.catalog_name();
+        let listed: std::collections::HashSet<Vec<&str>> = listed
+            .iter()
+            .map(|ident| lease_of(catalog, ident))
+            .collect();
+        let mut released = 0;
+        for parts in pg.held_leases().await {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            // ["maintain", catalog, level…, name]
+            let [kind, of, levels @ .., name] = parts.as_slice() else {
+                continue;
+            };
+            if *kind != "maintain" || *of != catalog || levels.is_empty() || listed.contains(&parts)
+            {
+                continue;
+            }
+            let namespace = iceberg::NamespaceIdent::from_strs(levels.iter().copied())?;
+            let ident = TableIdent::new(namespace, (*name).to_string());
+            // Listed before it was created: it is there now, and its lease stays.
+            if iceberg::Catalog::table_exists(self, &ident).await? {
+                continue;
+            }
+            pg.release_lease(&parts).await?;
+            released += 1;
+        }
+        Ok(released)
     }
 
     /// Whether this instance sweeps the warehouse for unreferenced files (one instance
@@ -53,4 +90,12 @@ impl RedbCatalog {
             Some(pg) => pg.cluster_oldest_pin().await.map(Some),
         }
     }
+}
+
+/// The name parts of the maintenance lease of `ident` in catalog `catalog`.
+fn lease_of<'a>(catalog: &'a str, ident: &'a TableIdent) -> Vec<&'a str> {
+    let mut parts = vec!["maintain", catalog];
+    parts.extend(ident.namespace().as_ref().iter().map(String::as_str));
+    parts.push(ident.name());
+    parts
 }

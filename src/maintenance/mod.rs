@@ -321,6 +321,15 @@ impl Maintainer {
             return Ok(report);
         }
         self.forget_dropped(&idents, &mut state);
+        match self.catalog.release_leases_of_dropped(&idents).await {
+            Ok(0) => {}
+            Ok(released) => debug!(released, "maintenance leases of dropped tables handed back"),
+            Err(e) => report.errors.push(MaintenanceError::Job {
+                table: "*".to_string(),
+                job: "lease",
+                source: Box::new(e),
+            }),
+        }
         if compact {
             self.forget_compacted(&idents).await;
         }

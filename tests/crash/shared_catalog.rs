@@ -276,9 +276,15 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
     }
 
     // Every producer's rows once, every retained snapshot readable.
-    let catalog = RedbCatalog::open_postgres(&url, "skade", 4, Warehouse::Local(warehouse))
-        .await
-        .expect("open the shared catalog");
+    let catalog = RedbCatalog::open_postgres(
+        &url,
+        "skade",
+        4,
+        skade::catalog::postgres::turns::CommitTurn::Instance,
+        Warehouse::Local(warehouse),
+    )
+    .await
+    .expect("open the shared catalog");
     let ns = NamespaceIdent::new(NS.to_string());
     let mut total_rows = 0usize;
     let mut snapshots = 0usize;

@@ -40,8 +40,9 @@ async fn keyed_put(
 }
 
 // Catches a lost update between instances (a commit built on a pointer another instance
-// moved, flipped anyway) and exactly-once that does not hold across instances (a resent
-// prefix landing twice on the other instance).
+// moved, flipped anyway), exactly-once that does not hold across instances (a resent
+// prefix landing twice on the other instance), and instances that do not take turns on
+// the table (their commits conflict: 7 conflicts in one run with `instance` turns).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_commit_one_table_in_turn_and_a_producer_fails_over_once() {
     let pg = PgCluster::start();
@@ -83,14 +84,14 @@ async fn two_instances_commit_one_table_in_turn_and_a_producer_fails_over_once()
         "SELECT count(*) FROM iceberg_tables WHERE table_namespace = 'shared'",
     );
     assert_eq!(rows, "1");
-    let mut conflicts = 0.0;
+    // The instances took turns on the table in the database (the default
+    // `--catalog-commit-turn database`): no commit was staged on a pointer the other
+    // moved, and none went ahead without its turn.
     for server in [&a, &b] {
-        conflicts += metric(
-            &server.http_get("/metrics").await.1,
-            "skade_commit_conflicts_total",
-        );
+        let body = server.http_get("/metrics").await.1;
+        assert_eq!(metric(&body, "skade_commit_conflicts_total"), 0.0);
+        assert_eq!(metric(&body, "skade_commit_turn_skipped_total"), 0.0);
     }
-    println!("commit conflicts over both instances: {conflicts}");
     for server in [a, b] {
         Arc::into_inner(server).expect("one owner").stop().await;
     }
@@ -162,6 +163,7 @@ async fn instances_starting_together_create_the_schema_once() {
             &url,
             "skade",
             2,
+            skade::catalog::postgres::turns::CommitTurn::Database,
             skade::catalog::Warehouse::Local(warehouse.path().to_path_buf()),
         )
     });
@@ -207,4 +209,261 @@ async fn an_instance_with_another_warehouse_is_refused_at_start() {
         "{refused}"
     );
     first.stop().await;
+}
+
+/// Two catalogs (instances) on database `url` and the warehouse `warehouse`, with commit
+/// turns across instances, and the table `turns.t` (one long column) created by the first.
+async fn two_catalogs_and_a_table(
+    url: &str,
+    warehouse: &std::path::Path,
+) -> (
+    Arc<skade::catalog::RedbCatalog>,
+    Arc<skade::catalog::RedbCatalog>,
+    iceberg::TableIdent,
+) {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    use iceberg::{Catalog, NamespaceIdent, TableCreation};
+    let open = || {
+        skade::catalog::RedbCatalog::open_postgres(
+            url,
+            "skade",
+            4,
+            skade::catalog::postgres::turns::CommitTurn::Database,
+            skade::catalog::Warehouse::Local(warehouse.to_path_buf()),
+        )
+    };
+    let a = open().await.expect("open A");
+    let b = open().await.expect("open B");
+    let ns = NamespaceIdent::new("turns".into());
+    a.create_namespace(&ns, Default::default())
+        .await
+        .expect("namespace");
+    let schema = Schema::builder()
+        .with_fields(vec![Arc::new(NestedField::required(
+            1,
+            "id",
+            Type::Primitive(PrimitiveType::Long),
+        ))])
+        .build()
+        .expect("schema");
+    let creation = TableCreation::builder()
+        .name("t".into())
+        .schema(schema)
+        .build();
+    a.create_table(&ns, creation).await.expect("create");
+    (a, b, iceberg::TableIdent::new(ns, "t".into()))
+}
+
+/// Sets the table property `k` = `value` through `catalog`'s commit driver.
+async fn set_property(
+    catalog: &skade::catalog::RedbCatalog,
+    table: &iceberg::table::Table,
+    value: &str,
+) -> iceberg::table::Table {
+    let target = skade::catalog::CommitTarget::metadata(table);
+    let value = value.to_string();
+    catalog
+        .commit_one(&target, move |_| {
+            let value = value.clone();
+            Box::pin(async move {
+                Ok((
+                    Vec::new(),
+                    vec![iceberg::TableUpdate::SetProperties {
+                        updates: [("k".to_string(), value)].into(),
+                    }],
+                ))
+            })
+        })
+        .await
+        .expect("commit")
+}
+
+// Catches commits of one table from two instances that do not take turns across the
+// instances (B's commit landing while A holds the table's turn: they would stage at once
+// and one would lose the compare-and-swap), and a turn kept for ever by a holder that
+// goes quiet without closing its connection (it must pass on after TURN_IDLE_TIMEOUT).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_table_turn_is_one_across_instances_and_passes_on_when_its_holder_goes_quiet() {
+    use iceberg::Catalog;
+    use skade::catalog::postgres::turns::TURN_IDLE_TIMEOUT;
+    let pg = PgCluster::start();
+    let url = pg.create_database("turns");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let (a, b, ident) = two_catalogs_and_a_table(&url, warehouse.path()).await;
+    let on_a = a.load_table(&ident).await.expect("load on A");
+
+    // A holds the turn: B's commit waits for it, and lands once A hands it back.
+    let held = a.commit_turns([&on_a]).await;
+    let on_b = b.load_table(&ident).await.expect("load on B");
+    let commit = {
+        let b = b.clone();
+        tokio::spawn(async move { set_property(&b, &on_b, "1").await })
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(
+        !commit.is_finished(),
+        "B committed the table while A held its turn"
+    );
+    drop(held);
+    let after = commit.await.expect("B's commit");
+    assert_eq!(
+        after.metadata().properties().get("k").map(String::as_str),
+        Some("1")
+    );
+
+    // A takes the turn and goes quiet (never hands it back, keeps its connection open):
+    // B commits once the database ends A's idle transaction — after waiting for it,
+    // not by giving up on the turn.
+    let on_a = a.load_table(&ident).await.expect("load on A");
+    std::mem::forget(a.commit_turns([&on_a]).await);
+    let started = std::time::Instant::now();
+    let after = set_property(&b, &after, "2").await;
+    assert_eq!(
+        after.metadata().properties().get("k").map(String::as_str),
+        Some("2")
+    );
+    assert!(
+        started.elapsed() + std::time::Duration::from_secs(1) >= TURN_IDLE_TIMEOUT,
+        "B committed after {:?}, before A's turn was ended",
+        started.elapsed()
+    );
+    let counts = b.commit_counts();
+    assert_eq!(counts.turns_skipped(), 0, "B went ahead without its turn");
+    assert_eq!(counts.conflicts(), 0, "B's commits conflicted");
+}
+
+// Catches a dropped table's maintenance lease kept by the instance that held it: a table
+// created again under the name could then be maintained by that instance only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_tables_maintenance_lease_is_handed_back_by_the_next_pass() {
+    use iceberg::Catalog;
+    let pg = PgCluster::start();
+    let url = pg.create_database("dropped_lease");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let (a, b, ident) = two_catalogs_and_a_table(&url, warehouse.path()).await;
+    let config = skade::config::MaintenanceConfig {
+        enabled: true,
+        maintenance_interval: std::time::Duration::from_millis(50),
+        max_snapshots: 100,
+        cleanup_grace: std::time::Duration::from_secs(600),
+        metadata_cleanup_grace: std::time::Duration::from_secs(600),
+        cleanup_max_waiting: u64::MAX,
+        compaction: false,
+    };
+    let on_a = skade::maintenance::Maintainer::new(
+        a.clone(),
+        config.clone(),
+        skade::metrics::Metrics::new(),
+    );
+    let report = on_a.run_pass().await.expect("A's pass");
+    assert_eq!(report.maintained, 1, "{report:?}");
+    assert!(
+        !b.maintains(&ident).await.expect("lease"),
+        "B took A's lease"
+    );
+
+    b.drop_table(&ident).await.expect("drop");
+    let report = on_a.run_pass().await.expect("A's pass after the drop");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(
+        b.maintains(&ident).await.expect("lease"),
+        "A kept the maintenance lease of the dropped table"
+    );
+}
+
+/// A CA and a certificate it signed for `127.0.0.1` and `localhost`, written to `dir`:
+/// (CA certificate, server certificate, server key) PEM paths.
+fn test_ca_and_server_certificate(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "skade test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().expect("server key");
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .expect("server params")
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate");
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("server.crt"),
+        dir.join("server.key"),
+    );
+    std::fs::write(&paths.0, ca.pem()).expect("write CA");
+    std::fs::write(&paths.1, server.pem()).expect("write certificate");
+    std::fs::write(&paths.2, server_key.serialize_pem()).expect("write key");
+    (paths.0, paths.1, paths.2)
+}
+
+// Catches a `--catalog` that asks for TLS and connects in plaintext, or over TLS without
+// checking whom it talks to: against a server that takes TCP connections only over TLS,
+// skade with `sslmode=verify-full` and the test CA as `sslrootcert` serves puts with every
+// connection encrypted; trusting only the system's roots, or asking for no TLS, the start
+// is refused with one line naming --catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_catalog_asking_for_tls_connects_verified_or_not_at_all() {
+    let pg = PgCluster::start();
+    let url = pg.create_database("tls");
+    let certs = tempfile::tempdir().expect("certificate dir");
+    let (ca, cert, key) = test_ca_and_server_certificate(certs.path());
+    let pg = tokio::task::spawn_blocking(move || {
+        pg.require_tls(&cert, &key);
+        pg
+    })
+    .await
+    .expect("enable TLS");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let refused = |catalog: String| {
+        let warehouse = warehouse.path().display().to_string();
+        async move {
+            let dir = tempfile::tempdir().expect("data dir");
+            let mut config = skade::Config::for_tests(dir.path());
+            config.catalog.url = Some(catalog);
+            config.storage.warehouse = Some(warehouse);
+            match skade::start(config).await {
+                Ok(_) => panic!("the start is not refused"),
+                Err(e) => e.to_string(),
+            }
+        }
+    };
+    // No TLS asked for: the server refuses the plaintext connection.
+    let e = refused(url.clone()).await;
+    assert!(e.contains("--catalog"), "{e}");
+    // TLS, trusting the system's roots only: the test CA is not among them.
+    let e = refused(format!("{url}?sslmode=verify-full")).await;
+    assert!(
+        e.contains("--catalog") && e.to_lowercase().contains("certificate"),
+        "{e}"
+    );
+
+    let verified = format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display());
+    let server = on_database(&verified, warehouse.path()).await;
+    let mut client = server.client().await;
+    put(&mut client, &PATH, vec![synthetic_batch(0, 10)])
+        .await
+        .expect("put over a TLS catalog");
+    assert_eq!(count(&get(&mut client, &PATH).await), 10);
+    let connections = |encrypted: bool| {
+        psql(
+            &url,
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+                 WHERE a.application_name = 'skade' AND s.ssl = {encrypted}"
+            ),
+        )
+    };
+    assert_eq!(
+        connections(false),
+        "0",
+        "skade holds a connection without TLS"
+    );
+    assert_ne!(connections(true), "0", "skade holds no connection");
+    server.stop().await;
+    drop(pg);
 }

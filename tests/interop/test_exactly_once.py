@@ -4,8 +4,12 @@ The ``produce`` function is taken verbatim from the README (between
 ``<!-- exactly-once:begin -->`` and ``<!-- exactly-once:end -->``) and run in a thread
 against a real ``skade serve`` that commits one small data file at a time. Once some
 batches are durable the server is SIGKILLed mid-stream and started again on the same
-data dir and ports; the producer resumes from its high-water mark. Afterwards every row
-is in the table exactly once (no loss, no duplicate), read back through pyiceberg.
+ports: on the embedded redb catalog on the same data dir (``[redb]``); on a PostgreSQL
+catalog as another instance, on a fresh data dir, sharing only the database and the
+warehouse (``[postgres]``: a failover). The producer resumes from its high-water mark.
+Afterwards every row is in the table exactly once (no loss, no duplicate), read back
+through pyiceberg. The other tests run on every warehouse and catalog
+(``any_warehouse_server``: ``[local]``, ``[s3]``, ``[postgres]``).
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ def readme_producer():
 
 
 class Server:
-    """A skade process that can be SIGKILLed and started again on the same dir and ports."""
+    """A skade process that can be SIGKILLed and started again on the same ports, with
+    ``extra`` arguments (a ``--catalog`` and ``--warehouse``, say)."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, extra: list[str] | None = None):
         self.data_dir = base / "data"
         self.log = base / "skade.log"
+        self.extra = extra or []
         self.flight_port, self.metrics_port = free_tcp_ports(2)
         self.proc: subprocess.Popen | None = None
 
@@ -62,7 +68,7 @@ class Server:
                "--flight-addr", f"127.0.0.1:{self.flight_port}",
                "--metrics-addr", f"127.0.0.1:{self.metrics_port}",
                # one small file per commit, so the stream spans many commits
-               "--target-file-size", "1KiB", "--files-per-commit", "1"]
+               "--target-file-size", "1KiB", "--files-per-commit", "1", *self.extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -91,11 +97,26 @@ def committed(uri: str, writer_id: str) -> int:
         return 0
 
 
-def test_the_readme_producer_lands_every_row_once_across_a_server_kill(tmp_path, monkeypatch):
-    """Catches rows lost or doubled when the server dies mid-stream and the producer retries."""
+@pytest.fixture(scope="module")
+def skade_server(any_warehouse_server):
+    """The module's other tests run on a local warehouse, on S3, and on a PostgreSQL
+    catalog."""
+    return any_warehouse_server
+
+
+@pytest.mark.parametrize("catalog", ["redb", "postgres"])
+def test_the_readme_producer_lands_every_row_once_across_a_server_kill(
+    tmp_path, monkeypatch, catalog, request
+):
+    """Catches rows lost or doubled when the server dies mid-stream and the producer
+    retries -- on a PostgreSQL catalog against another instance that took over."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     produce = readme_producer()
-    server = Server(tmp_path)
+    extra = []
+    if catalog == "postgres":
+        database = request.getfixturevalue("postgres_database")("exactly_once")
+        extra = ["--catalog", database.url, "--warehouse", str(tmp_path / "warehouse")]
+    server = Server(tmp_path, extra)
     server.start()
     batches = [
         pa.record_batch({"id": pa.array(range(i * ROWS, (i + 1) * ROWS), pa.int64()),
@@ -122,6 +143,9 @@ def test_the_readme_producer_lands_every_row_once_across_a_server_kill(tmp_path,
         assert before_kill < BATCHES, "the stream ended before the kill"
         assert committed(server.uri, "loader-1") == 0  # the server is down
         time.sleep(1.0)  # the producer fails and retries meanwhile
+        if catalog == "postgres":
+            # Another instance takes over: nothing of the first one's data dir.
+            server.data_dir = tmp_path / "data-2"
         server.start()
         producer.join(timeout=120)
         assert not producer.is_alive(), "the producer did not finish"

@@ -12,6 +12,9 @@
 #                                   the same data; prints the URL
 #   cluster.sh url DIR              the URL of the `skade` database
 #   cluster.sh psql DIR ARGS...     psql on the `skade` database (add `-d NAME` for another)
+#   cluster.sh tls DIR CERT KEY     serve TLS with the PEM certificate CERT and its key KEY,
+#                                   and refuse connections over 127.0.0.1 without TLS (the
+#                                   Unix socket stays as it was); returns once both apply
 #
 # The cluster: superuser `postgres`, trust authentication (host 127.0.0.1/32 and local
 # socket), listen_addresses 127.0.0.1 only, the Unix socket in DIR (when its path fits
@@ -43,7 +46,7 @@ START_TRIES=5
 MAX_SOCKET_PATH=107
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -227,6 +230,35 @@ $(tail -n 30 "$DIR/postgres.log" 2>/dev/null)"
     url
 }
 
+cmd_tls() {
+    local cert="$1" key="$2" try
+    running || die "no server runs in $DIR/data: start it first"
+    cp "$cert" "$DIR/data/server.crt"
+    cp "$key" "$DIR/data/server.key"
+    if [ "$(id -u)" = 0 ]; then
+        chown "$SUPERUSER:" "$DIR/data/server.crt" "$DIR/data/server.key"
+    fi
+    # PostgreSQL refuses a key others can read.
+    chmod 0600 "$DIR/data/server.crt" "$DIR/data/server.key"
+    as_owner tee -a "$DIR/data/postgresql.conf" >/dev/null <<CONF
+ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+CONF
+    # TCP only with TLS: the host lines become hostssl lines.
+    as_owner sed -i 's/^host\([[:space:]]\)/hostssl\1/' "$DIR/data/pg_hba.conf"
+    as_owner "$BINDIR/pg_ctl" reload -D "$DIR/data" >/dev/null
+    # The reload is a signal: wait until a plaintext connection is refused.
+    for try in $(seq 1 50); do
+        if ! PGSSLMODE=disable run_psql -tAc "SELECT 1" >/dev/null 2>&1; then
+            return
+        fi
+        sleep 0.2
+    done
+    die "the server still takes plaintext connections after the reload; log tail ($DIR/postgres.log):
+$(tail -n 30 "$DIR/postgres.log" 2>/dev/null)"
+}
+
 [ $# -ge 2 ] || usage
 command="$1"
 DIR="$(realpath -m "$2")"
@@ -239,5 +271,6 @@ stop) [ $# -le 1 ] || usage; cmd_stop "$@" ;;
 restart) [ $# = 0 ] || usage; cmd_restart ;;
 url) [ $# = 0 ] || usage; url ;;
 psql) run_psql "$@" ;;
+tls) [ $# = 2 ] || usage; cmd_tls "$@" ;;
 *) usage ;;
 esac

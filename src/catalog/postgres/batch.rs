@@ -91,15 +91,18 @@ impl PgStore {
             .iter()
             .map(|(ns, name)| (ns.as_str(), name.as_str()))
             .unzip();
-        let rows = txn
-            .query(
+        let lock_pointers = txn
+            .prepare_cached(
                 "SELECT t.table_namespace, t.table_name, t.metadata_location
                  FROM iceberg_tables t JOIN unnest($2::text[], $3::text[]) AS k(ns, name)
                    ON t.table_namespace = k.ns AND t.table_name = k.name
                  WHERE t.catalog_name = $1
                  ORDER BY t.table_namespace, t.table_name FOR UPDATE OF t",
-                &[&catalog, &lock_ns, &lock_names],
             )
+            .await
+            .map_err(|e| self.error(e))?;
+        let rows = txn
+            .query(&lock_pointers, &[&catalog, &lock_ns, &lock_names])
             .await
             .map_err(|e| self.error(e))?;
         // What each row holds in this transaction (after the inserts sent so far).
@@ -120,8 +123,8 @@ impl PgStore {
                     (w, n, t)
                 },
             );
-            let rows = txn
-                .query(
+            let lock_marks = txn
+                .prepare_cached(
                     "SELECT m.writer_id, m.table_namespace, m.table_name, m.sequence::text,
                        m.snapshot_id, m.committed_at_ms
                      FROM skade_writer_marks m
@@ -129,8 +132,11 @@ impl PgStore {
                        ON m.writer_id = k.w AND m.table_namespace = k.ns AND m.table_name = k.name
                      WHERE m.catalog_name = $1
                      ORDER BY m.writer_id, m.table_namespace, m.table_name FOR UPDATE OF m",
-                    &[&catalog, &w, &n, &t],
                 )
+                .await
+                .map_err(|e| self.error(e))?;
+            let rows = txn
+                .query(&lock_marks, &[&catalog, &w, &n, &t])
                 .await
                 .map_err(|e| self.error(e))?;
             for row in &rows {
@@ -263,14 +269,20 @@ impl PgStore {
                 cols[3].push(&advance.new);
                 cols[4].push(&advance.previous);
             }
-            let updated = txn
-                .execute(
+            let advance = txn
+                .prepare_cached(
                     "UPDATE iceberg_tables t
                      SET metadata_location = u.new, previous_metadata_location = u.previous
                      FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
                        AS u(ns, name, base, new, previous)
                      WHERE t.catalog_name = $1 AND t.table_namespace = u.ns
                        AND t.table_name = u.name AND t.metadata_location = u.base",
+                )
+                .await
+                .map_err(|e| self.error(e))?;
+            let updated = txn
+                .execute(
+                    &advance,
                     &[&catalog, &cols[0], &cols[1], &cols[2], &cols[3], &cols[4]],
                 )
                 .await
@@ -297,28 +309,37 @@ impl PgStore {
                 .iter()
                 .map(|m| i64::try_from(m.mark.committed_at_ms).unwrap_or(i64::MAX))
                 .collect();
+            let write_marks = txn
+                .prepare_cached(
+                    "INSERT INTO skade_writer_marks (catalog_name, writer_id, table_namespace,
+                       table_name, sequence, snapshot_id, committed_at_ms)
+                     SELECT $1, w, ns, name, seq::numeric, snap, at
+                     FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[])
+                       AS m(w, ns, name, seq, snap, at)
+                     ON CONFLICT (catalog_name, writer_id, table_namespace, table_name) DO UPDATE
+                     SET sequence = EXCLUDED.sequence, snapshot_id = EXCLUDED.snapshot_id,
+                         committed_at_ms = EXCLUDED.committed_at_ms",
+                )
+                .await
+                .map_err(|e| self.error(e))?;
             txn.execute(
-                "INSERT INTO skade_writer_marks (catalog_name, writer_id, table_namespace,
-                   table_name, sequence, snapshot_id, committed_at_ms)
-                 SELECT $1, w, ns, name, seq::numeric, snap, at
-                 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[])
-                   AS m(w, ns, name, seq, snap, at)
-                 ON CONFLICT (catalog_name, writer_id, table_namespace, table_name) DO UPDATE
-                 SET sequence = EXCLUDED.sequence, snapshot_id = EXCLUDED.snapshot_id,
-                     committed_at_ms = EXCLUDED.committed_at_ms",
+                &write_marks,
                 &[&catalog, &writers, &ns, &names, &sequences, &snapshots, &at],
             )
             .await
             .map_err(|e| self.error(e))?;
-            txn.execute(
-                "INSERT INTO skade_writers (catalog_name, writer_id, last_commit_ms)
-                 SELECT $1, w, MAX(at) FROM unnest($2::text[], $3::int8[]) AS m(w, at) GROUP BY w
-                 ON CONFLICT (catalog_name, writer_id) DO UPDATE
-                 SET last_commit_ms = GREATEST(skade_writers.last_commit_ms, EXCLUDED.last_commit_ms)",
-                &[&catalog, &writers, &at],
-            )
-            .await
-            .map_err(|e| self.error(e))?;
+            let write_writers = txn
+                .prepare_cached(
+                    "INSERT INTO skade_writers (catalog_name, writer_id, last_commit_ms)
+                     SELECT $1, w, MAX(at) FROM unnest($2::text[], $3::int8[]) AS m(w, at) GROUP BY w
+                     ON CONFLICT (catalog_name, writer_id) DO UPDATE
+                     SET last_commit_ms = GREATEST(skade_writers.last_commit_ms, EXCLUDED.last_commit_ms)",
+                )
+                .await
+                .map_err(|e| self.error(e))?;
+            txn.execute(&write_writers, &[&catalog, &writers, &at])
+                .await
+                .map_err(|e| self.error(e))?;
         }
         self.instance.confirm(&txn, self).await?;
         before_commit()?;

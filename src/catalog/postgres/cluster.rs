@@ -124,8 +124,13 @@ impl Instance {
                     .to_string(),
             ));
         }
+        // Prepared once per connection: a commit costs one round trip for it, not two.
+        let statement = txn
+            .prepare_cached(RENEW)
+            .await
+            .map_err(|e| store.error(e))?;
         let renewed = self
-            .renew(&**txn, &registration.id)
+            .renew(&**txn, &statement, &registration.id)
             .await
             .map_err(|e| store.error(e))?;
         if renewed == 0 {
@@ -137,16 +142,16 @@ impl Instance {
 
     /// Renews registration `id` through `client` (a connection or a commit's transaction)
     /// while it has not expired, publishing the oldest pin; the rows renewed (0: expired).
-    async fn renew(
+    /// `statement` is [`RENEW`], as text or prepared.
+    async fn renew<S: tokio_postgres::ToStatement + ?Sized + Sync + Send>(
         &self,
         client: &impl tokio_postgres::GenericClient,
+        statement: &S,
         id: &str,
     ) -> std::result::Result<u64, tokio_postgres::Error> {
         client
             .execute(
-                "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
-                 WHERE catalog_name = $1 AND instance_id = $2
-                   AND heartbeat_at > now() - $4::text::interval",
+                statement,
                 &[
                     &self.catalog,
                     &id,
@@ -168,7 +173,7 @@ impl Instance {
         let renewed = if registration.lost {
             0
         } else {
-            self.renew(&**client, &registration.id)
+            self.renew(&**client, RENEW, &registration.id)
                 .await
                 .map_err(|e| store.error(e))?
         };
@@ -263,7 +268,8 @@ pub(crate) struct Leases {
 #[derive(Debug)]
 struct LeaseConnection {
     client: tokio_postgres::Client,
-    held: std::collections::HashSet<i64>,
+    /// The leases held, by key, with the name parts each was taken by.
+    held: std::collections::HashMap<i64, Vec<String>>,
     /// When the connection last answered.
     checked: std::time::Instant,
 }
@@ -323,7 +329,7 @@ impl PgStore {
         if conn.is_none() {
             let (client, connection) = self
                 .config
-                .connect(tokio_postgres::NoTls)
+                .connect(self.tls.make())
                 .await
                 .map_err(|e| self.error(e))?;
             tokio::spawn(async move {
@@ -331,7 +337,7 @@ impl PgStore {
             });
             *conn = Some(LeaseConnection {
                 client,
-                held: std::collections::HashSet::new(),
+                held: std::collections::HashMap::new(),
                 checked: std::time::Instant::now(),
             });
         }
@@ -339,7 +345,7 @@ impl PgStore {
             return Ok(false);
         };
         let key = lock_key(parts);
-        if open.held.contains(&key) {
+        if open.held.contains_key(&key) {
             return Ok(true);
         }
         let row = open
@@ -349,9 +355,41 @@ impl PgStore {
             .map_err(|e| self.error(e))?;
         let held: bool = row.get(0);
         if held {
-            open.held.insert(key);
+            open.held
+                .insert(key, parts.iter().map(|p| (*p).to_string()).collect());
         }
         Ok(held)
+    }
+
+    /// The name parts of every lease this instance holds now.
+    pub(crate) async fn held_leases(&self) -> Vec<Vec<String>> {
+        let conn = self.leases.conn.lock().await;
+        conn.as_ref()
+            .map(|open| open.held.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Hands back the lease named by `parts` when this instance holds it, so another
+    /// instance can take it at once.
+    ///
+    /// # Errors
+    /// The database's error; the lease is then still held (or gone with a broken
+    /// connection).
+    pub(crate) async fn release_lease(&self, parts: &[&str]) -> Result<()> {
+        let mut conn = self.leases.conn.lock().await;
+        let Some(open) = conn.as_mut() else {
+            return Ok(());
+        };
+        let key = lock_key(parts);
+        if !open.held.contains_key(&key) {
+            return Ok(());
+        }
+        open.client
+            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .map_err(|e| self.error(e))?;
+        open.held.remove(&key);
+        Ok(())
     }
 
     /// Renews this instance's registration; see [`Instance::heartbeat`].
@@ -364,6 +402,12 @@ impl PgStore {
         self.instance.cluster_oldest_pin(self).await
     }
 }
+
+/// Renews a registration that has not expired ($1 catalog, $2 instance id, $3 oldest pin
+/// in ms or NULL, $4 the instance timeout as an interval).
+const RENEW: &str = "UPDATE skade_instances SET heartbeat_at = now(), oldest_pin_ms = $3
+                 WHERE catalog_name = $1 AND instance_id = $2
+                   AND heartbeat_at > now() - $4::text::interval";
 
 /// A 64-bit advisory lock key for a name made of `parts` (FNV-1a over the parts, each
 /// ended by a NUL byte): stable across builds and platforms. Two names that collide only

@@ -18,12 +18,15 @@
 //! One job per module: this file connects and maps errors; [`schema`] creates and
 //! upgrades the tables; [`rows`] reads and writes namespaces, pointers and marks;
 //! [`batch`] runs one group-commit batch; [`cluster`] registers this instance, publishes
-//! its oldest write pin and takes the maintenance locks.
+//! its oldest write pin and takes the maintenance locks; [`turns`] takes the commit turns
+//! across instances; [`tls`] reads the URL's `sslmode` and `sslrootcert`.
 
 mod batch;
 pub mod cluster;
 mod rows;
 mod schema;
+mod tls;
+pub mod turns;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -52,16 +55,25 @@ pub(crate) struct PgStore {
     pub(super) instance: cluster::Instance,
     /// The connection settings, for the maintenance leases' own connection.
     config: tokio_postgres::Config,
+    /// TLS of every connection ([`tls`]).
+    tls: tls::Connector,
     /// The maintenance leases this instance holds.
     leases: cluster::Leases,
+    /// The connections commit turns are held on; `None` with
+    /// [`turns::CommitTurn::Instance`].
+    turns: Option<turns::TurnPool>,
 }
 
 /// Why the catalog database could not be used at start.
 #[derive(Debug, thiserror::Error)]
 pub enum PgOpenError {
-    /// The URL does not parse as a PostgreSQL connection string.
+    /// The URL does not parse as a PostgreSQL connection string, or its `sslmode` is
+    /// not one libpq knows.
     #[error("--catalog is not a PostgreSQL URL (postgres://user:password@host:port/database): {0}")]
     Url(String),
+    /// The URL asks for TLS and its root certificates cannot be used.
+    #[error("--catalog asks for TLS: {0}")]
+    Tls(String),
     /// The database refused or did not answer (down, wrong host or port, wrong password,
     /// no such database).
     #[error("cannot reach the catalog database {target} (--catalog): {reason}")]
@@ -82,9 +94,11 @@ pub enum PgOpenError {
 }
 
 impl PgStore {
-    /// Connects to the database at `url` with at most `pool_size` connections, creates
-    /// or upgrades the catalog's tables ([`schema::migrate`], safe to run from several
-    /// instances at once) and registers this instance ([`cluster`]).
+    /// Connects to the database at `url` with at most `pool_size` connections for
+    /// commits and reads (and as many more for commit turns under
+    /// [`turns::CommitTurn::Database`]), creates or upgrades the catalog's tables
+    /// ([`schema::migrate`], safe to run from several instances at once) and registers
+    /// this instance ([`cluster`]).
     ///
     /// # Errors
     /// [`PgOpenError`] naming `--catalog`.
@@ -92,33 +106,36 @@ impl PgStore {
         url: &str,
         catalog: &str,
         pool_size: usize,
+        turn: turns::CommitTurn,
         pins: Arc<Pins>,
     ) -> std::result::Result<Self, PgOpenError> {
-        let mut config =
-            tokio_postgres::Config::from_str(url).map_err(|e| PgOpenError::Url(e.to_string()))?;
+        let url_tls = tls::UrlTls::parse(url).map_err(PgOpenError::Url)?;
+        let mut config = tokio_postgres::Config::from_str(&url_tls.url)
+            .map_err(|e| PgOpenError::Url(e.to_string()))?;
         let target = describe(&config);
+        let connector = url_tls.connector().map_err(PgOpenError::Tls)?;
         config
+            .ssl_mode(url_tls.ssl_mode())
             .connect_timeout(CONNECT_TIMEOUT)
             .application_name("skade")
             .options(format!(
                 "-c statement_timeout={}",
                 STATEMENT_TIMEOUT.as_millis()
             ));
-        let manager = Manager::from_config(
+        let pool = build_pool(
             config.clone(),
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(pool_size.max(2))
-            .wait_timeout(Some(CONNECT_TIMEOUT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(CONNECT_TIMEOUT))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| PgOpenError::Url(e.to_string()))?;
+            connector.make(),
+            pool_size.max(2),
+            Some(CONNECT_TIMEOUT),
+        )
+        .map_err(PgOpenError::Url)?;
+        let turns = match turn {
+            turns::CommitTurn::Database => Some(
+                turns::TurnPool::new(&config, connector.make(), pool_size.max(2))
+                    .map_err(PgOpenError::Url)?,
+            ),
+            turns::CommitTurn::Instance => None,
+        };
         let connect_failed = |reason: String| PgOpenError::Connect {
             target: target.clone(),
             reason,
@@ -143,7 +160,9 @@ impl PgStore {
             target,
             instance,
             config,
+            tls: connector,
             leases: cluster::Leases::default(),
+            turns,
         })
     }
 
@@ -189,6 +208,35 @@ impl PgStore {
     pub(super) fn error(&self, e: tokio_postgres::Error) -> Error {
         pg_error(&self.target, e)
     }
+}
+
+/// A pool of at most `size` connections made with `config` and `tls`, each opened and
+/// checked within [`CONNECT_TIMEOUT`]; a caller waits at most `wait` for a free one
+/// (`None`: as long as it takes, unless the caller sets its own timeouts).
+///
+/// # Errors
+/// The pool's build error, as text (a bad configuration).
+fn build_pool(
+    config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    size: usize,
+    wait: Option<Duration>,
+) -> std::result::Result<Pool, String> {
+    let manager = Manager::from_config(
+        config,
+        tls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(wait)
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .recycle_timeout(Some(CONNECT_TIMEOUT))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// See [`PgStore::error`].

@@ -26,7 +26,7 @@ pub(super) const INSERT_TABLE: &str = "INSERT INTO iceberg_tables (catalog_name,
     VALUES ($1, $2, $3, $4, NULL, 'TABLE') ON CONFLICT DO NOTHING";
 
 /// The `iceberg_type` condition of a table row.
-const IS_TABLE: &str = "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
+pub(super) const IS_TABLE: &str = "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
 
 /// `ns` escaped for a `LIKE` pattern matching every namespace below it.
 fn below(ns: &str) -> String {

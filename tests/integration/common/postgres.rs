@@ -89,6 +89,18 @@ impl PgCluster {
     }
 }
 
+impl PgCluster {
+    /// Makes the server speak TLS with the PEM certificate `cert` and key `key` and
+    /// refuse connections over 127.0.0.1 without it (`cluster.sh tls`).
+    ///
+    /// # Panics
+    /// When cluster.sh fails.
+    pub fn require_tls(&self, cert: &Path, key: &Path) {
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        run(self.dir.path(), "tls", &[&cert, &key]);
+    }
+}
+
 impl Drop for PgCluster {
     fn drop(&mut self) {
         // Immediate: the data is deleted with the directory right after.
