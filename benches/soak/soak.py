@@ -786,6 +786,15 @@ def main() -> int:
                         pending += q.get(timeout=timeout)
                     except queue.Empty:
                         break
+                # Also what is queued when the sample is due already (the last sample
+                # took longer than --sample: walking a warehouse of 300,000 files does):
+                # without this a sampler that fell behind never read the queue again,
+                # and every later sample had no put, scan or freshness figure.
+                while True:
+                    try:
+                        pending += q.get_nowait()
+                    except queue.Empty:
+                        break
                 if proc.poll() is not None:
                     raise SystemExit(f"skade exited with code {proc.returncode}; see {out / 'skade.log'}")
                 t = time.monotonic() - start
@@ -802,7 +811,9 @@ def main() -> int:
                     f"waiting {row['waiting_mib']:.1f} MiB/{row['waiting_files']:.0f}",
                     flush=True,
                 )
-                next_at += args.sample
+                # A sampler that fell behind samples again after a full interval, not at
+                # once for every interval it missed.
+                next_at = max(next_at + args.sample, time.monotonic() + args.sample / 2)
                 if t >= args.duration:
                     break
     except KeyboardInterrupt:
