@@ -52,6 +52,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use iceberg::table::Table;
 
+use super::file_map::{FileKey, FileMap};
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
 use crate::storage::file_store::FileStore;
@@ -206,8 +207,9 @@ struct Removal {
 #[derive(Debug, Default)]
 pub(crate) struct Sweeper {
     walker: ReferenceWalker,
-    /// Unreferenced files a sweep keeps, with when it first found each.
-    unreferenced: HashMap<PathBuf, Waiting>,
+    /// Unreferenced files a sweep keeps, with when it first found each (each
+    /// directory's path kept once: ≈ 300,000 files wait at the soak's load).
+    unreferenced: FileMap<Waiting>,
     /// Every file referenced at the last sweep, and since by a table version a pass
     /// observed ([`Self::observe`]).
     referenced: HashSet<PathBuf>,
@@ -292,7 +294,7 @@ impl Sweeper {
         };
         if let Some(e) = failed {
             for (path, waiting, _) in doomed {
-                self.unreferenced.entry(path).or_insert(waiting);
+                self.unreferenced.insert_if_absent(&path, waiting);
             }
             return Err(e);
         }
@@ -384,14 +386,14 @@ impl Sweeper {
         }
         let found_at = started.elapsed();
         let wall = SystemTime::now();
-        let due: Vec<PathBuf> = seen
-            .iter()
+        let due: Vec<FileKey> = seen
+            .entries()
             .filter(|(_, waiting)| rules.due(waiting, wall))
-            .map(|(path, _)| path.clone())
+            .map(|(key, _)| key.clone())
             .collect();
         let mut doomed = Vec::with_capacity(due.len());
-        for path in due {
-            if let Some(waiting) = seen.remove(&path)
+        for key in due {
+            if let Some((path, waiting)) = seen.take(&key)
                 && rules.candidate(&path).is_some()
             {
                 doomed.push((path, waiting, false));
@@ -427,7 +429,7 @@ impl Sweeper {
 
 /// The files of `seen` not held by a write in progress, counted.
 fn waiting_in(
-    seen: &HashMap<PathBuf, Waiting>,
+    seen: &FileMap<Waiting>,
     oldest_pin: Option<SystemTime>,
     wall: SystemTime,
 ) -> WaitingFiles {
@@ -441,11 +443,12 @@ fn waiting_in(
 
 /// When the files of `seen` not held by a write in progress add up to more than
 /// `--cleanup-max-waiting` bytes, takes the longest-waiting of them out of `seen` (the
-/// oldest modification first among those found at once) until the rest fit, and returns
+/// oldest modification first among those found at once; then by directory and name)
+/// until the rest fit, and returns
 /// them, marked early. One that is no longer a candidate (its location stopped being
 /// swept since the last listing) leaves `seen` without being returned.
 fn over_cap(
-    seen: &mut HashMap<PathBuf, Waiting>,
+    seen: &mut FileMap<Waiting>,
     rules: &Rules<'_>,
     wall: SystemTime,
 ) -> Vec<(PathBuf, Waiting, bool)> {
@@ -455,20 +458,22 @@ fn over_cap(
     if total <= cap {
         return Vec::new();
     }
-    let mut order: Vec<(&PathBuf, &Waiting)> =
-        seen.iter().filter(|(_, w)| !w.pinned(pin, wall)).collect();
+    let mut order: Vec<(&FileKey, &Waiting)> = seen
+        .entries()
+        .filter(|(_, w)| !w.pinned(pin, wall))
+        .collect();
     order.sort_by(|(a, x), (b, y)| (x.since, x.modified, a).cmp(&(y.since, y.modified, b)));
     let mut out = Vec::new();
-    for (path, waiting) in order {
+    for (key, waiting) in order {
         if total <= cap {
             break;
         }
         total -= waiting.bytes;
-        out.push(path.clone());
+        out.push(key.clone());
     }
     out.into_iter()
-        .filter_map(|path| {
-            let waiting = seen.remove(&path)?;
+        .filter_map(|key| {
+            let (path, waiting) = seen.take(&key)?;
             rules.candidate(&path).map(|_| (path, waiting, true))
         })
         .collect()
@@ -476,14 +481,15 @@ fn over_cap(
 
 /// A listing sweep: every file under the `data/` and `metadata/` of the swept locations
 /// in `store` that may be a candidate ([`Rules::candidate`]) waits in `seen` (since when
-/// it first waited, or `now`); files no longer there or referenced leave it.
+/// it first waited, or `now`); files no longer there or referenced leave it, and so do
+/// the directories no waiting file is in.
 ///
 /// # Errors
 /// The store's error listing (then `seen` is unchanged).
 async fn listed(
     store: &FileStore,
     rules: &Rules<'_>,
-    seen: &mut HashMap<PathBuf, Waiting>,
+    seen: &mut FileMap<Waiting>,
     now: Instant,
 ) -> Result<(), GcError> {
     let mut found = Vec::new();
@@ -492,7 +498,7 @@ async fn listed(
             found.extend(store.list(&location.join(dir)).await?);
         }
     }
-    let mut still = HashMap::with_capacity(seen.len());
+    let mut still = FileMap::default();
     for file in found {
         let Some(kind) = rules.candidate(&file.path) else {
             continue;
@@ -500,7 +506,7 @@ async fn listed(
         let before = seen.remove(&file.path);
         let committed = before.is_some_and(|w| w.committed) || rules.committed(&file.path, kind);
         still.insert(
-            file.path,
+            &file.path,
             Waiting {
                 since: before.map_or(now, |w| w.since),
                 bytes: file.size_bytes,
@@ -523,13 +529,21 @@ async fn listed(
 async fn between_listings(
     store: &FileStore,
     rules: &Rules<'_>,
-    seen: &mut HashMap<PathBuf, Waiting>,
+    seen: &mut FileMap<Waiting>,
     lost: impl Iterator<Item = &PathBuf>,
     now: Instant,
 ) -> Result<(), GcError> {
-    seen.retain(|file, _| !rules.referenced.contains(file));
+    // Whichever side is smaller is walked: the waiting files at a high commit rate,
+    // the referenced ones in a large warehouse that commits little.
+    if rules.referenced.len() < seen.len() {
+        for file in rules.referenced {
+            seen.remove(file);
+        }
+    } else {
+        seen.retain(|file| !rules.referenced.contains(file));
+    }
     let new: Vec<PathBuf> = lost
-        .filter(|file| !seen.contains_key(*file) && rules.candidate(file).is_some())
+        .filter(|file| !seen.contains(file) && rules.candidate(file).is_some())
         .cloned()
         .collect();
     for file in store.stat(new).await? {
@@ -537,7 +551,7 @@ async fn between_listings(
             continue;
         };
         seen.insert(
-            file.path,
+            &file.path,
             Waiting {
                 since: now,
                 bytes: file.size_bytes,

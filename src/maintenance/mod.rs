@@ -32,6 +32,7 @@
 pub mod cleanup;
 pub mod compact;
 pub mod expire;
+mod file_map;
 pub mod merge;
 mod project;
 
@@ -244,13 +245,17 @@ impl Maintainer {
         let mut tick = tokio::time::interval(self.config.maintenance_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let wake_after = self.wake_after_commits();
+        let mut since = self.catalog.commit_count();
         loop {
-            let since = self.catalog.commit_count();
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = tick.tick() => {}
                 _ = commits_since(&self.catalog, since, wake_after) => tick.reset(),
             }
+            // Counted from the job's start: commits that land while it runs wake the
+            // next one (counted from its end, a job longer than `wake_after` commits
+            // left a burst's snapshots waiting for the interval).
+            since = self.catalog.commit_count();
             if let Err(e) = job(self, shutdown).await {
                 self.metrics.record_maintenance_error(e.job());
                 warn!(error = %e, "maintenance pass failed");

@@ -1,0 +1,183 @@
+//! A map from file paths to values that keeps each directory's path once.
+//!
+//! The cleanup sweeper keeps one entry per unreferenced file waiting out its grace
+//! period: about 300,000 at the soak's load (`docs/performance.md`, "Soak"). Keyed by a
+//! full `PathBuf`, every entry carried its own copy of the warehouse, namespace and table
+//! directories (≈ 100 bytes of a ≈ 150-byte path); here an entry holds its directory's
+//! number and its file name, and the directories are kept once.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// A file's place in a [`FileMap`]: its directory's number and its file name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct FileKey {
+    dir: u32,
+    name: Box<OsStr>,
+}
+
+/// Files (by path) to values of `V`, each directory's path kept once.
+///
+/// A directory stays numbered while the map lives, also once its last file left: a
+/// caller that rebuilds its set of files from scratch (a listing sweep) moves the files
+/// it keeps into a new map, whose directories are then only theirs.
+#[derive(Debug)]
+pub(super) struct FileMap<V> {
+    dirs: Vec<PathBuf>,
+    dir_ids: HashMap<PathBuf, u32>,
+    files: HashMap<FileKey, V>,
+}
+
+impl<V> Default for FileMap<V> {
+    fn default() -> Self {
+        Self {
+            dirs: Vec::new(),
+            dir_ids: HashMap::new(),
+            files: HashMap::new(),
+        }
+    }
+}
+
+/// `path`'s directory and file name (`""` and the whole path when it has none).
+fn split(path: &Path) -> (&Path, &OsStr) {
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => (Path::new(""), path.as_os_str()),
+    }
+}
+
+impl<V> FileMap<V> {
+    /// How many files.
+    pub(super) fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The key of `path` if its directory is numbered (the file itself need not be in
+    /// the map).
+    fn find(&self, path: &Path) -> Option<FileKey> {
+        let (dir, name) = split(path);
+        Some(FileKey {
+            dir: *self.dir_ids.get(dir)?,
+            name: name.into(),
+        })
+    }
+
+    /// The key of `path`, numbering its directory if new.
+    ///
+    /// # Panics
+    /// Past `u32::MAX` directories.
+    fn key(&mut self, path: &Path) -> FileKey {
+        let (dir, name) = split(path);
+        let id = match self.dir_ids.get(dir) {
+            Some(id) => *id,
+            None => {
+                let id = u32::try_from(self.dirs.len()).expect("fewer than 2^32 directories");
+                self.dirs.push(dir.to_path_buf());
+                self.dir_ids.insert(dir.to_path_buf(), id);
+                id
+            }
+        };
+        FileKey {
+            dir: id,
+            name: name.into(),
+        }
+    }
+
+    /// The path of `key`.
+    pub(super) fn path(&self, key: &FileKey) -> PathBuf {
+        self.dirs[key.dir as usize].join(&*key.name)
+    }
+
+    /// Whether `path` is in the map.
+    pub(super) fn contains(&self, path: &Path) -> bool {
+        self.find(path).is_some_and(|k| self.files.contains_key(&k))
+    }
+
+    /// Puts `value` in for `path` unless `path` is in the map already.
+    pub(super) fn insert_if_absent(&mut self, path: &Path, value: V) {
+        let key = self.key(path);
+        self.files.entry(key).or_insert(value);
+    }
+
+    /// Puts `value` in for `path`, replacing what was there.
+    pub(super) fn insert(&mut self, path: &Path, value: V) {
+        let key = self.key(path);
+        self.files.insert(key, value);
+    }
+
+    /// Takes `path` out, with its value.
+    pub(super) fn remove(&mut self, path: &Path) -> Option<V> {
+        let key = self.find(path)?;
+        self.files.remove(&key)
+    }
+
+    /// Takes `key` out, with its path and value.
+    pub(super) fn take(&mut self, key: &FileKey) -> Option<(PathBuf, V)> {
+        let value = self.files.remove(key)?;
+        Some((self.path(key), value))
+    }
+
+    /// Keeps the files for which `keep(path)` holds (each path put together once).
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&Path) -> bool) {
+        let dirs = &self.dirs;
+        self.files
+            .retain(|key, _| keep(&dirs[key.dir as usize].join(&*key.name)));
+    }
+
+    /// The values.
+    pub(super) fn values(&self) -> impl Iterator<Item = &V> {
+        self.files.values()
+    }
+
+    /// The keys and values, in no order.
+    pub(super) fn entries(&self) -> impl Iterator<Item = (&FileKey, &V)> {
+        self.files.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Catches: a file's path not coming back whole from its key (directory and name
+    /// mixed up between files of one directory or of two), or a lookup finding a file
+    /// of another directory with the same name.
+    #[test]
+    fn paths_come_back_whole_and_names_are_kept_apart_by_directory() {
+        let mut map = FileMap::default();
+        let a = Path::new("/w/ns/t/data/00000-0-a.parquet");
+        let b = Path::new("/w/ns/t/data/00001-0-b.parquet");
+        let same_name = Path::new("/w/ns/u/data/00000-0-a.parquet");
+        let bare = Path::new("x.avro");
+        map.insert(a, 1);
+        map.insert(b, 2);
+        map.insert(same_name, 3);
+        map.insert_if_absent(bare, 4);
+        map.insert_if_absent(a, 10);
+        assert_eq!(map.len(), 4);
+        assert_eq!(map.dirs.len(), 3, "one entry per directory");
+        let mut got: Vec<(PathBuf, i32)> = map.entries().map(|(k, v)| (map.path(k), *v)).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (PathBuf::from("/w/ns/t/data/00000-0-a.parquet"), 1),
+                (PathBuf::from("/w/ns/t/data/00001-0-b.parquet"), 2),
+                (PathBuf::from("/w/ns/u/data/00000-0-a.parquet"), 3),
+                (PathBuf::from("x.avro"), 4),
+            ]
+        );
+        assert!(map.contains(same_name));
+        assert!(!map.contains(Path::new("/w/ns/v/data/00000-0-a.parquet")));
+        assert_eq!(map.remove(same_name), Some(3));
+        assert_eq!(map.remove(same_name), None);
+        assert!(map.contains(a));
+        let key = map.find(b).unwrap();
+        assert_eq!(map.take(&key), Some((b.to_path_buf(), 2)));
+        assert_eq!(map.len(), 2);
+        map.retain(|p| p != a);
+        let left: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
+        assert_eq!(left, vec![PathBuf::from("x.avro")]);
+    }
+}
