@@ -35,6 +35,7 @@ pub mod expire;
 mod file_map;
 pub mod merge;
 mod project;
+mod tally;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -165,6 +166,10 @@ struct State {
     last_sweep: Option<Instant>,
     /// Whether the last sweep left unreferenced files waiting for their grace period.
     waiting: bool,
+    /// Files removed, not yet in the log.
+    removed_log: tally::Tally,
+    /// Files removed before their grace period ended, not yet in the log.
+    early_log: tally::Tally,
 }
 
 impl Maintainer {
@@ -872,16 +877,21 @@ impl Maintainer {
                     .record_file_deleted_early(file.kind.as_str(), file.bytes);
             }
         }
-        let early = removed.iter().filter(|f| f.early).count();
-        if early > 0 {
+        // Logged at most once a minute each, with the counts since (`tally`).
+        let now = Instant::now();
+        let early = removed.iter().filter(|f| f.early);
+        let (files, bytes) = (early.clone().count() as u64, early.map(|f| f.bytes).sum());
+        if let Some((files, bytes)) = state.early_log.add(files, bytes, now) {
             warn!(
-                files = early,
+                files,
+                bytes,
                 max_waiting_bytes = self.config.cleanup_max_waiting,
                 "unreferenced files removed before their grace period ended: the files waiting out a grace passed --cleanup-max-waiting"
             );
         }
-        if !removed.is_empty() {
-            info!(files = removed.len(), "unreferenced files removed");
+        let bytes = removed.iter().map(|f| f.bytes).sum();
+        if let Some((files, bytes)) = state.removed_log.add(removed.len() as u64, bytes, now) {
+            info!(files, bytes, "unreferenced files removed");
         }
         report.removed.extend(removed);
         Ok(())
