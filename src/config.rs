@@ -34,10 +34,12 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
-    /// Run the Flight server with its embedded catalog.
+    /// Run the Flight server: the embedded redb catalog in --data-dir, or a shared one
+    /// with --catalog postgres://… (README, "Running several instances").
     Serve(Config),
-    /// Remove files no snapshot references (orphans) older than a grace period. The
-    /// server must be stopped: gc refuses a data dir whose catalog is locked.
+    /// Remove files no snapshot references (orphans) older than a grace period. On the
+    /// embedded catalog the server must be stopped (gc refuses a data dir whose catalog
+    /// is locked); with --catalog postgres://… it runs beside the instances.
     Gc(GcConfig),
 }
 

@@ -118,10 +118,7 @@ impl PgStore {
             .ssl_mode(url_tls.ssl_mode())
             .connect_timeout(CONNECT_TIMEOUT)
             .application_name("skade")
-            .options(format!(
-                "-c statement_timeout={}",
-                STATEMENT_TIMEOUT.as_millis()
-            ));
+            .options(session_options());
         let pool = build_pool(
             config.clone(),
             connector.make(),
@@ -237,6 +234,16 @@ fn build_pool(
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// The settings every connection starts with: [`STATEMENT_TIMEOUT`], and no `NOTICE`s
+/// (`client_min_messages=warning`: the schema's `CREATE … IF NOT EXISTS` would send one
+/// per existing table at every start, and tokio-postgres logs each at info level).
+pub(super) fn session_options() -> String {
+    format!(
+        "-c statement_timeout={} -c client_min_messages=warning",
+        STATEMENT_TIMEOUT.as_millis()
+    )
 }
 
 /// See [`PgStore::error`].

@@ -26,10 +26,7 @@ use deadpool_postgres::{Object, Pool, Timeouts};
 use iceberg::{Result, TableIdent};
 
 use super::rows::IS_TABLE;
-use super::{
-    CONNECT_TIMEOUT, PgStore, STATEMENT_TIMEOUT, cluster::lock_key, namespace_levels,
-    namespace_string,
-};
+use super::{CONNECT_TIMEOUT, PgStore, cluster::lock_key, namespace_levels, namespace_string};
 
 /// How long a turn may sit unused (its holder staging, or gone without closing its
 /// connection) before PostgreSQL ends it and lets the next instance commit the table
@@ -69,8 +66,8 @@ impl TurnPool {
     ) -> std::result::Result<Self, String> {
         let mut config = config.clone();
         config.options(format!(
-            "-c statement_timeout={} -c idle_in_transaction_session_timeout={}",
-            STATEMENT_TIMEOUT.as_millis(),
+            "{} -c idle_in_transaction_session_timeout={}",
+            super::session_options(),
             TURN_IDLE_TIMEOUT.as_millis()
         ));
         // A commit never waits for a turn connection ([`PgStore::take_turns`]).
