@@ -279,11 +279,11 @@ pub(super) fn pg_error(target: &str, e: tokio_postgres::Error) -> Error {
 }
 
 /// `Unexpected` with an I/O cause: the server answers it `Unavailable` keeping `message`.
+/// The cause only marks it (its text, "not connected", is all a status adds after the
+/// message: a copy of the message there said everything twice).
 pub(super) fn unavailable(message: String) -> Error {
-    Error::new(ErrorKind::Unexpected, message.clone()).with_source(std::io::Error::new(
-        std::io::ErrorKind::NotConnected,
-        message,
-    ))
+    Error::new(ErrorKind::Unexpected, message)
+        .with_source(std::io::Error::from(std::io::ErrorKind::NotConnected))
 }
 
 /// The database's message (with its detail), or the client's.
