@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A file's place in a [`FileMap`]: its directory's number and its file name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,8 +25,9 @@ pub(super) struct FileKey {
 /// it keeps into a new map, whose directories are then only theirs.
 #[derive(Debug)]
 pub(super) struct FileMap<V> {
-    dirs: Vec<PathBuf>,
-    dir_ids: HashMap<PathBuf, u32>,
+    /// Each directory by its number; the same allocation as its key in `dir_ids`.
+    dirs: Vec<Arc<Path>>,
+    dir_ids: HashMap<Arc<Path>, u32>,
     files: HashMap<FileKey, V>,
 }
 
@@ -73,8 +75,9 @@ impl<V> FileMap<V> {
             Some(id) => *id,
             None => {
                 let id = u32::try_from(self.dirs.len()).expect("fewer than 2^32 directories");
-                self.dirs.push(dir.to_path_buf());
-                self.dir_ids.insert(dir.to_path_buf(), id);
+                let dir: Arc<Path> = Arc::from(dir);
+                self.dirs.push(Arc::clone(&dir));
+                self.dir_ids.insert(dir, id);
                 id
             }
         };
