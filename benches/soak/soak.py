@@ -10,8 +10,11 @@ Load, all at once for ``--duration``:
   sent as soon as the last one's ack came (``soak.tiny_<i>``);
 * one Flight SQL transaction (ADBC ``adbc-driver-flightsql``) a second, ingesting 10 rows
   into each of 4 tables and committing them at once (``soak.txn_<i>``);
-* ``--readers`` pyiceberg readers polling the hot tables (large and tiny) through the
-  REST catalog: load-table, then a scan of the rows newer than what they saw.
+* ``--readers`` pyiceberg readers polling the tiny tables through the REST catalog, each
+  its share of them in turn: load-table, then a scan of the rows newer than what it saw;
+  and one more reader for the large table, polling it every ``--large-poll`` seconds
+  (its scans read whole 25 MiB files: in the tiny tables' rotation one took as long as
+  a round of the others, and the tiny tables' freshness measured that).
 
 Every row carries ``sent_ns``, the client's wall clock when its batch was sent; a
 reader's scan that returns it for the first time gives that batch's **freshness**.
@@ -283,9 +286,10 @@ def transactions(flight_uri: str, tables: int, q, stop) -> None:
         q.put([("error", time.time(), "transactions: " + traceback.format_exc())])
 
 
-def reader(rest_url: str, tables: list[str], q, stop) -> None:
+def reader(rest_url: str, tables: list[str], q, stop, period: float = 0.0) -> None:
     """Polls ``tables`` in turn: load-table, then a scan of ``sent_ns`` newer than the
-    newest seen; each new ``sent_ns`` value is one batch's freshness."""
+    newest seen; each new ``sent_ns`` value is one batch's freshness. A round of the
+    tables starts at most every ``period`` seconds (0: as soon as the last one ended)."""
     import pyarrow.compute as pc
     from pyiceberg.catalog import load_catalog
     from pyiceberg.exceptions import NoSuchTableError
@@ -296,6 +300,7 @@ def reader(rest_url: str, tables: list[str], q, stop) -> None:
     events: list = []
     last_flush = time.monotonic()
     while not stop.is_set():
+        round_started = time.monotonic()
         for name in tables:
             if stop.is_set():
                 break
@@ -316,7 +321,7 @@ def reader(rest_url: str, tables: list[str], q, stop) -> None:
                 time.sleep(0.5)
                 continue
             seen = time.time()
-            events.append(("scan", seen, time.perf_counter() - started))
+            events.append(("scan_large" if name == "large" else "scan", seen, time.perf_counter() - started))
             if got.num_rows:
                 sent = pc.unique(got.column("sent_ns")).to_pylist()
                 kind = "fresh_large" if name == "large" else "fresh_tiny"
@@ -325,6 +330,9 @@ def reader(rest_url: str, tables: list[str], q, stop) -> None:
             if time.monotonic() - last_flush > 1:
                 _flush(q, events)
                 last_flush = time.monotonic()
+        rest = period - (time.monotonic() - round_started)
+        if rest > 0:
+            stop.wait(rest)
     _flush(q, events)
 
 
@@ -335,13 +343,20 @@ def reader(rest_url: str, tables: list[str], q, stop) -> None:
 class Warehouse:
     """Where the tables live, and how to measure it."""
 
-    def __init__(self, kind: str, out: Path):
+    def __init__(self, kind: str, out: Path, endpoint: str | None = None):
         self.kind = kind
         self.moto = None
-        self.endpoint = None
+        self.endpoint = endpoint
         self.data_dir = out / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if kind == "s3":
+        if kind == "s3" and endpoint is not None:
+            # A server of the caller's (one that is not a Python process on the same
+            # cores): it must take the soak's credentials.
+            wait_http(endpoint, None, f"S3 server at {endpoint}", timeout=10)
+            s3 = self.s3()
+            if S3_BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+                s3.create_bucket(Bucket=S3_BUCKET)
+        elif kind == "s3":
             [port] = free_ports(1)
             self.endpoint = f"http://127.0.0.1:{port}"
             log = open(out / "moto.log", "wb")
@@ -462,7 +477,8 @@ COLUMNS = [
     ("fresh_tiny_p99_s", "freshness of tiny puts p99, s"),
     ("fresh_large_p50_s", "freshness of the large stream p50, s"),
     ("fresh_large_p99_s", "freshness of the large stream p99, s"),
-    ("scan_p50_ms", "reader load-table + scan p50, ms"),
+    ("scan_p50_ms", "reader load-table + scan p50, tiny tables, ms"),
+    ("scan_large_p50_ms", "reader load-table + scan p50, large table, ms"),
     ("rss_mib", "server RSS, MiB"),
     ("reserved_mib", "rows in flight held against --memory-budget (skade_memory_reserved_bytes), MiB"),
     ("rss_less_reserved_mib", "server RSS less the rows in flight, MiB"),
@@ -518,6 +534,7 @@ class Sampler:
         puts = [e[2] for e in events if e[0] == "put"]
         txns = [e[2] for e in events if e[0] == "txn"]
         scans = [e[2] for e in events if e[0] == "scan"]
+        scans_large = [e[2] for e in events if e[0] == "scan_large"]
         tiny = [x for e in events if e[0] == "fresh_tiny" for x in e[2]]
         large = [x for e in events if e[0] == "fresh_large" for x in e[2]]
         self.errors += [e[2] for e in events if e[0] == "error"]
@@ -556,6 +573,7 @@ class Sampler:
             "fresh_large_p50_s": percentile(large, 0.5),
             "fresh_large_p99_s": percentile(large, 0.99),
             "scan_p50_ms": ms(percentile(scans, 0.5)),
+            "scan_large_p50_ms": ms(percentile(scans_large, 0.5)),
             "rss_mib": rss * mib,
             "reserved_mib": reserved * mib,
             "rss_less_reserved_mib": max(0, rss - reserved) * mib,
@@ -599,14 +617,17 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     first = (0, window)
     last = (end - window, end)
     lines = [
-        f"# Soak summary ({args.warehouse} warehouse, {duration / 60:.1f} min, "
+        f"# Soak summary ({args.warehouse} warehouse"
+        f"{'' if args.warehouse != 's3' else ' at ' + args.s3_endpoint if args.s3_endpoint else ' on moto'}, "
+        f"{duration / 60:.1f} min, "
         f"windows of {window / 60:.1f} min)",
         "",
         f"Started {args.started} UTC; {len(rows)} samples every {args.sample:.0f} s; "
         f"server args: `{' '.join(args.server_args) or '(defaults)'}`; load: large stream "
         f"{'as fast as possible' if not args.large_rate else f'at {args.large_rate:,.0f} rows/s'}, "
         f"{args.tiny_streams} tiny-put streams, {args.txn_tables}-table transactions, "
-        f"{args.readers} readers; skade binary `{args.skade_bin}`.",
+        f"{args.readers} readers of the tiny tables and one of the large table (every "
+        f"{args.large_poll:g} s); skade binary `{args.skade_bin}`.",
         "",
         "| quantity | first window | last window | last/first | target | |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -640,6 +661,8 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     ratio_line("snapshots", "snapshots", target=False)
     ratio_line("live_data_files", "live data files", target=False)
     ratio_line("pass_mean_s", "maintenance pass (s)", target=False)
+    ratio_line("scan_p50_ms", "reader load-table + scan p50, tiny (ms)", target=False)
+    ratio_line("scan_large_p50_ms", "reader load-table + scan p50, large (ms)", target=False)
 
     settled = 30.0  # the first seconds (tables being created) are left out
     tiny = [x for t, x in sampler.all_fresh_tiny if t > settled]
@@ -724,6 +747,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=parse_duration, default=parse_duration("30m"))
     p.add_argument("--warehouse", choices=["local", "s3"], default="local")
+    p.add_argument("--s3-endpoint",
+                   help="with --warehouse s3: an S3 server already running (taking access key and secret "
+                   f"{S3_CREDENTIALS['AWS_ACCESS_KEY_ID']!r}) instead of a moto server started for the run")
     p.add_argument("--out", type=Path, help="output directory (default benches/soak/out/<warehouse>-<time>)")
     p.add_argument("--skade-bin", type=Path, default=REPO / "target" / "release" / "skade")
     p.add_argument("--sample", type=parse_duration, default=10.0, help="seconds between samples")
@@ -731,7 +757,10 @@ def main() -> int:
                    help="length of the first and last windows compared (at most a third of the run)")
     p.add_argument("--tiny-streams", type=int, default=8)
     p.add_argument("--txn-tables", type=int, default=4)
-    p.add_argument("--readers", type=int, default=2)
+    p.add_argument("--readers", type=int, default=2,
+                   help="pyiceberg readers of the tiny tables (each polls its share in turn)")
+    p.add_argument("--large-poll", type=parse_duration, default=1.0,
+                   help="seconds between the starts of two polls of the large table by its own reader")
     p.add_argument("--large-batch-rows", type=int, default=65536)
     p.add_argument("--large-rate", type=float, default=0.0,
                    help="most rows a second the large stream sends (0: as fast as the server takes them)")
@@ -751,19 +780,22 @@ def main() -> int:
     cap_bytes = parse_bytes(cap)
     commit_interval_s = parse_duration(server_flag(args.server_args, "--commit-interval", "10s"))
 
-    wh = Warehouse(args.warehouse, out)
+    if args.s3_endpoint and args.warehouse != "s3":
+        raise SystemExit("--s3-endpoint needs --warehouse s3")
+    wh = Warehouse(args.warehouse, out, args.s3_endpoint)
     proc, flight_uri, http = start_server(args.skade_bin, wh, out, args.server_args)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     stop = ctx.Event()
-    hot = ["large"] + [f"tiny_{i}" for i in range(args.tiny_streams)]
+    tiny = [f"tiny_{i}" for i in range(args.tiny_streams)]
     workers = [
         ctx.Process(target=large_stream, args=(flight_uri, args.large_batch_rows, args.large_rate, q, stop), name="large"),
         ctx.Process(target=tiny_streams, args=(flight_uri, args.tiny_streams, q, stop), name="tiny"),
         ctx.Process(target=transactions, args=(flight_uri, args.txn_tables, q, stop), name="txn"),
     ]
     for r in range(args.readers):
-        workers.append(ctx.Process(target=reader, args=(http, hot[r :: args.readers], q, stop), name=f"reader{r}"))
+        workers.append(ctx.Process(target=reader, args=(http, tiny[r :: args.readers], q, stop), name=f"reader{r}"))
+    workers.append(ctx.Process(target=reader, args=(http, ["large"], q, stop, args.large_poll), name="reader_large"))
     sampler = Sampler(http, proc.pid, wh)
     rows: list[dict] = []
     csv_path = out / "soak.csv"
