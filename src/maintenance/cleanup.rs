@@ -401,14 +401,16 @@ impl Sweeper {
         }
         doomed.extend(over_cap(&mut seen, &rules, wall));
         self.referenced = referenced;
+        self.waiting = waiting_in(&seen, oldest_pin, wall);
         tracing::debug!(
             walk_ms = (now - started).as_millis() as u64,
             find_ms = (found_at - (now - started)).as_millis() as u64,
+            decide_ms = (started.elapsed() - found_at).as_millis() as u64,
+            waiting = seen.len(),
             listed = list,
             removing = doomed.len(),
             "sweep timed"
         );
-        self.waiting = waiting_in(&seen, oldest_pin, wall);
         self.unreferenced = seen;
         if !doomed.is_empty() {
             let paths: Vec<PathBuf> = doomed.iter().map(|(path, ..)| path.clone()).collect();
