@@ -46,7 +46,7 @@
 //! The "first found" times live in memory: after a restart the grace period starts
 //! again, which only delays removals.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -173,6 +173,8 @@ struct Waiting {
     /// log): it belongs to a commit that landed, so no write in progress can need it and
     /// write pins do not hold it.
     committed: bool,
+    /// Found by the listing sweep under way (false between listings).
+    listed: bool,
 }
 
 impl Waiting {
@@ -353,7 +355,7 @@ impl Sweeper {
                 })?;
         }
         self.walker.forget_unused();
-        let locations = swept_locations(store, tables);
+        let locations = SweptDirs::of(swept_locations(store, tables));
         let floors = metadata_floors(store, tables);
         let list = self
             .listed_at
@@ -385,23 +387,9 @@ impl Sweeper {
             self.listed_at = Some(now);
         }
         let found_at = started.elapsed();
-        let wall = SystemTime::now();
-        let due: Vec<FileKey> = seen
-            .entries()
-            .filter(|(_, waiting)| rules.due(waiting, wall))
-            .map(|(key, _)| key.clone())
-            .collect();
-        let mut doomed = Vec::with_capacity(due.len());
-        for key in due {
-            if let Some((path, waiting)) = seen.take(&key)
-                && rules.candidate(&path).is_some()
-            {
-                doomed.push((path, waiting, false));
-            }
-        }
-        doomed.extend(over_cap(&mut seen, &rules, wall));
+        let (doomed, waiting) = decide(&mut seen, &rules, SystemTime::now(), Instant::now());
         self.referenced = referenced;
-        self.waiting = waiting_in(&seen, oldest_pin, wall);
+        self.waiting = waiting;
         tracing::debug!(
             walk_ms = (now - started).as_millis() as u64,
             find_ms = (found_at - (now - started)).as_millis() as u64,
@@ -429,56 +417,98 @@ impl Sweeper {
     }
 }
 
-/// The files of `seen` not held by a write in progress, counted.
-fn waiting_in(
-    seen: &FileMap<Waiting>,
-    oldest_pin: Option<SystemTime>,
-    wall: SystemTime,
-) -> WaitingFiles {
-    seen.values()
-        .filter(|w| !w.pinned(oldest_pin, wall))
-        .fold(WaitingFiles::default(), |acc, w| WaitingFiles {
-            files: acc.files + 1,
-            bytes: acc.bytes + w.bytes,
-        })
-}
-
-/// When the files of `seen` not held by a write in progress add up to more than
-/// `--cleanup-max-waiting` bytes, takes the longest-waiting of them out of `seen` (the
-/// oldest modification first among those found at once; then by directory and name)
-/// until the rest fit, and returns
-/// them, marked early. One that is no longer a candidate (its location stopped being
-/// swept since the last listing) leaves `seen` without being returned.
-fn over_cap(
+/// What a sweep removes now, taken out of `seen`: the files whose grace period has
+/// passed ([`Rules::due`]); then, while the files left that no write in progress holds
+/// add up to more than `--cleanup-max-waiting` bytes, the longest-waiting of them (by
+/// when a sweep first found them, then the oldest modification, then directory and
+/// name), marked early. A file that is no longer a candidate (its location stopped
+/// being swept since the last listing) leaves `seen` without being returned. Also
+/// returns what waits after (files held by a write in progress not counted).
+///
+/// Without sorting the waiting files: those one sweep found share their `since`, so the
+/// cap's cut is found among the totals of a few hundred sweeps and only the files of the
+/// sweep it falls in are sorted (sorting all ≈ 300,000 files every sweep, once the
+/// soak's waiting bytes reached the cap, took ≈ 30 ms of a runtime thread a second).
+fn decide(
     seen: &mut FileMap<Waiting>,
     rules: &Rules<'_>,
     wall: SystemTime,
-) -> Vec<(PathBuf, Waiting, bool)> {
+    now: Instant,
+) -> (Vec<(PathBuf, Waiting, bool)>, WaitingFiles) {
     let pin = rules.oldest_pin;
-    let mut total = waiting_in(seen, pin, wall).bytes;
-    let cap = rules.limits.max_waiting_bytes;
-    if total <= cap {
-        return Vec::new();
+    let mut due = Vec::new();
+    let mut waiting = WaitingFiles::default();
+    for (key, w) in seen.entries() {
+        if rules.due(w, wall, now) {
+            due.push(key.clone());
+        } else if !w.pinned(pin, wall) {
+            waiting.files += 1;
+            waiting.bytes += w.bytes;
+        }
     }
-    let mut order: Vec<(&FileKey, &Waiting)> = seen
-        .entries()
-        .filter(|(_, w)| !w.pinned(pin, wall))
-        .collect();
-    order.sort_by(|(a, x), (b, y)| (x.since, x.modified, a).cmp(&(y.since, y.modified, b)));
-    let mut out = Vec::new();
-    for (key, waiting) in order {
-        if total <= cap {
+    let mut doomed = Vec::with_capacity(due.len());
+    take_candidates(seen, rules, due, false, &mut doomed);
+    let cap = rules.limits.max_waiting_bytes;
+    if waiting.bytes <= cap {
+        return (doomed, waiting);
+    }
+    let mut by_since: BTreeMap<Instant, u64> = BTreeMap::new();
+    for (_, w) in seen.entries().filter(|(_, w)| !w.pinned(pin, wall)) {
+        *by_since.entry(w.since).or_default() += w.bytes;
+    }
+    // Whole sweeps' files go while the rest still exceed the cap; the cut falls in the
+    // first sweep whose files bring it within (it always comes: the last sweep's files
+    // are all that is left before it).
+    let mut cut = None;
+    for (since, bytes) in by_since {
+        if waiting.bytes - bytes > cap {
+            waiting.bytes -= bytes;
+        } else {
+            cut = Some(since);
             break;
         }
-        total -= waiting.bytes;
-        out.push(key.clone());
     }
-    out.into_iter()
-        .filter_map(|key| {
-            let (path, waiting) = seen.take(&key)?;
-            rules.candidate(&path).map(|_| (path, waiting, true))
-        })
-        .collect()
+    let Some(cut) = cut else {
+        return (doomed, waiting);
+    };
+    let mut early = Vec::new();
+    let mut at_cut = Vec::new();
+    for (key, w) in seen.entries().filter(|(_, w)| !w.pinned(pin, wall)) {
+        if w.since < cut {
+            early.push(key.clone());
+        } else if w.since == cut {
+            at_cut.push((w.modified, key.clone(), w.bytes));
+        }
+    }
+    at_cut.sort();
+    for (_, key, bytes) in at_cut {
+        if waiting.bytes <= cap {
+            break;
+        }
+        waiting.bytes -= bytes;
+        early.push(key);
+    }
+    waiting.files -= early.len();
+    take_candidates(seen, rules, early, true, &mut doomed);
+    (doomed, waiting)
+}
+
+/// Takes `keys` out of `seen`, pushing those still candidates onto `doomed` (marked
+/// `early` or not).
+fn take_candidates(
+    seen: &mut FileMap<Waiting>,
+    rules: &Rules<'_>,
+    keys: Vec<FileKey>,
+    early: bool,
+    doomed: &mut Vec<(PathBuf, Waiting, bool)>,
+) {
+    for key in keys {
+        if let Some((path, waiting)) = seen.take(&key)
+            && rules.candidate(&path).is_some()
+        {
+            doomed.push((path, waiting, early));
+        }
+    }
 }
 
 /// A listing sweep: every file under the `data/` and `metadata/` of the swept locations
@@ -486,39 +516,65 @@ fn over_cap(
 /// it first waited, or `now`); files no longer there or referenced leave it, and so do
 /// the directories no waiting file is in.
 ///
+/// One directory's listing at a time, marked in place: the soak's 300,000 waiting files
+/// were listed all at once and moved into a second map, ≈ 130 MiB held together for
+/// the sweep (`docs/performance.md`, "Soak").
+///
 /// # Errors
-/// The store's error listing (then `seen` is unchanged).
+/// The store's error listing (then the files listed so far have joined `seen`, and
+/// none has left it).
 async fn listed(
     store: &FileStore,
     rules: &Rules<'_>,
     seen: &mut FileMap<Waiting>,
     now: Instant,
 ) -> Result<(), GcError> {
-    let mut found = Vec::new();
-    for (location, _) in rules.locations {
-        for dir in ["data", "metadata"] {
-            found.extend(store.list(&location.join(dir)).await?);
+    let marked = mark_listed(store, rules, seen, now).await;
+    seen.retain_values(|waiting| {
+        let keep = waiting.listed || marked.is_err();
+        waiting.listed = false;
+        keep
+    });
+    seen.forget_empty_dirs();
+    marked
+}
+
+/// [`listed`]'s listings: each candidate file found joins `seen` or updates its entry
+/// there, marked `listed`.
+async fn mark_listed(
+    store: &FileStore,
+    rules: &Rules<'_>,
+    seen: &mut FileMap<Waiting>,
+    now: Instant,
+) -> Result<(), GcError> {
+    for location in rules.locations {
+        for dir in [&location.data, &location.metadata] {
+            for file in store.list(dir).await? {
+                let Some(kind) = rules.candidate(&file.path) else {
+                    continue;
+                };
+                if let Some(waiting) = seen.get_mut(&file.path) {
+                    waiting.committed = waiting.committed || rules.committed(&file.path, kind);
+                    waiting.bytes = file.size_bytes;
+                    waiting.modified = file.modified;
+                    waiting.kind = kind;
+                    waiting.listed = true;
+                } else {
+                    seen.insert(
+                        &file.path,
+                        Waiting {
+                            since: now,
+                            bytes: file.size_bytes,
+                            modified: file.modified,
+                            kind,
+                            committed: rules.committed(&file.path, kind),
+                            listed: true,
+                        },
+                    );
+                }
+            }
         }
     }
-    let mut still = FileMap::default();
-    for file in found {
-        let Some(kind) = rules.candidate(&file.path) else {
-            continue;
-        };
-        let before = seen.remove(&file.path);
-        let committed = before.is_some_and(|w| w.committed) || rules.committed(&file.path, kind);
-        still.insert(
-            &file.path,
-            Waiting {
-                since: before.map_or(now, |w| w.since),
-                bytes: file.size_bytes,
-                modified: file.modified,
-                kind,
-                committed,
-            },
-        );
-    }
-    *seen = still;
     Ok(())
 }
 
@@ -560,6 +616,7 @@ async fn between_listings(
                 modified: file.modified,
                 kind,
                 committed: true,
+                listed: false,
             },
         );
     }
@@ -589,6 +646,28 @@ fn swept_locations(store: &FileStore, tables: &[SweptTable]) -> Vec<(PathBuf, bo
         .collect();
     locations.retain(|(l, _)| !protected.contains(l));
     locations
+}
+
+/// A swept location's two directories, joined once (a listing asks for every file it
+/// finds whether it lies under them), and whether its metadata JSON files may go.
+#[derive(Debug)]
+struct SweptDirs {
+    data: PathBuf,
+    metadata: PathBuf,
+    delete_metadata: bool,
+}
+
+impl SweptDirs {
+    fn of(locations: Vec<(PathBuf, bool)>) -> Vec<Self> {
+        locations
+            .into_iter()
+            .map(|(location, delete_metadata)| Self {
+                data: location.join("data"),
+                metadata: location.join("metadata"),
+                delete_metadata,
+            })
+            .collect()
+    }
 }
 
 /// The version number of a metadata JSON file named as Iceberg writers name them:
@@ -642,7 +721,7 @@ fn metadata_floors(store: &FileStore, tables: &[SweptTable]) -> HashMap<PathBuf,
 /// references, grace periods and write pins.
 struct Rules<'a> {
     /// Swept locations, each with whether its metadata JSON files may go.
-    locations: &'a [(PathBuf, bool)],
+    locations: &'a [SweptDirs],
     referenced: &'a HashSet<PathBuf>,
     /// What the last sweep and the pass's observations found referenced.
     was_referenced: &'a HashSet<PathBuf>,
@@ -662,13 +741,13 @@ impl Rules<'_> {
         }
         self.locations
             .iter()
-            .find_map(|(location, delete_metadata)| {
-                let in_data = file.starts_with(location.join("data"));
-                if !in_data && !file.starts_with(location.join("metadata")) {
+            .find_map(|location| {
+                let in_data = file.starts_with(&location.data);
+                if !in_data && !file.starts_with(&location.metadata) {
                     return None;
                 }
                 let kind = FileKind::of(file, in_data);
-                Some((kind != FileKind::Metadata || *delete_metadata).then_some(kind))
+                Some((kind != FileKind::Metadata || location.delete_metadata).then_some(kind))
             })
             .flatten()
     }
@@ -698,11 +777,163 @@ impl Rules<'_> {
     /// Whether a waiting file may be removed now (at wall-clock time `wall`): its grace
     /// period has passed since a sweep first found it unreferenced, and it is neither
     /// young (modified within its grace period) nor held by a write in progress.
-    fn due(&self, waiting: &Waiting, wall: SystemTime) -> bool {
+    /// (`now`: the same moment on the monotonic clock, against which `since` counts.)
+    fn due(&self, waiting: &Waiting, wall: SystemTime, now: Instant) -> bool {
         let grace = self.limits.grace_of(waiting.kind);
         // An unknown or future modification time counts as age 0: kept.
         let modified = waiting.modified.unwrap_or(wall);
         let young = wall.duration_since(modified).unwrap_or_default() < grace;
-        !young && !waiting.pinned(self.oldest_pin, wall) && waiting.since.elapsed() >= grace
+        !young
+            && !waiting.pinned(self.oldest_pin, wall)
+            && now.saturating_duration_since(waiting.since) >= grace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn limits(max_waiting_bytes: u64) -> Limits {
+        Limits {
+            grace: HOUR,
+            metadata_grace: HOUR,
+            max_waiting_bytes,
+        }
+    }
+
+    fn waiting(since: Instant, modified: SystemTime, bytes: u64, committed: bool) -> Waiting {
+        Waiting {
+            since,
+            bytes,
+            modified: Some(modified),
+            kind: FileKind::Data,
+            committed,
+            listed: false,
+        }
+    }
+
+    /// Catches: a cap that takes the newest files first or more than it must, that
+    /// breaks a tie between files found by one sweep other than by oldest modification
+    /// then name, that counts or removes a file a write in progress holds, or a file
+    /// due after its grace reported as early. Expected by the rule in `decide`'s docs
+    /// (README, "Table maintenance"): total 220 bytes not held, cap 150, so the oldest
+    /// go until 150 or less is left: a, b (first sweep), d, c (second sweep: d's
+    /// modification is older; c's name comes before e's), leaving e and f (130).
+    #[test]
+    fn past_the_cap_the_longest_waiting_go_in_order_and_held_files_stay() {
+        let base = Instant::now();
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let old = wall - 2 * HOUR;
+        let now = base + HOUR + Duration::from_secs(5);
+        let first = base + Duration::from_secs(10);
+        let second = base + Duration::from_secs(20);
+        let third = base + Duration::from_secs(30);
+        let mut seen = FileMap::default();
+        let file = |name: &str| PathBuf::from(format!("/w/t/data/{name}"));
+        seen.insert(&file("g"), waiting(base, old, 5, true));
+        seen.insert(&file("b"), waiting(first, old, 20, true));
+        seen.insert(&file("a"), waiting(first, old, 10, true));
+        seen.insert(&file("e"), waiting(second, old + HOUR / 2, 30, true));
+        seen.insert(&file("c"), waiting(second, old + HOUR / 2, 30, true));
+        seen.insert(&file("d"), waiting(second, old, 30, true));
+        seen.insert(&file("f"), waiting(third, old, 100, true));
+        // Written after the oldest write pin and never referenced: held.
+        seen.insert(&file("p"), waiting(base, wall - HOUR / 6, 1000, false));
+        let locations = SweptDirs::of(vec![(PathBuf::from("/w/t"), true)]);
+        let (referenced, was_referenced, floors) = Default::default();
+        let rules = Rules {
+            locations: &locations,
+            referenced: &referenced,
+            was_referenced: &was_referenced,
+            metadata_floors: &floors,
+            limits: limits(150),
+            oldest_pin: Some(wall - HOUR),
+        };
+        let (doomed, left) = decide(&mut seen, &rules, wall, now);
+        let got: Vec<(PathBuf, bool)> = doomed
+            .iter()
+            .map(|(p, _, early)| (p.clone(), *early))
+            .collect();
+        let (due, early): (Vec<_>, Vec<_>) = got.into_iter().partition(|(_, early)| !early);
+        assert_eq!(due, vec![(file("g"), false)]);
+        let mut early: Vec<PathBuf> = early.into_iter().map(|(p, _)| p).collect();
+        early.sort();
+        assert_eq!(early, vec![file("a"), file("b"), file("c"), file("d")]);
+        assert_eq!(
+            left,
+            WaitingFiles {
+                files: 2,
+                bytes: 130
+            }
+        );
+        let mut kept: Vec<PathBuf> = seen.entries().map(|(k, _)| seen.path(k)).collect();
+        kept.sort();
+        assert_eq!(kept, vec![file("e"), file("f"), file("p")]);
+
+        // Under the cap nothing goes early.
+        let (doomed, left) = decide(
+            &mut seen,
+            &Rules {
+                limits: limits(130),
+                ..rules
+            },
+            wall,
+            now,
+        );
+        assert!(doomed.is_empty(), "{doomed:?}");
+        assert_eq!(
+            left,
+            WaitingFiles {
+                files: 2,
+                bytes: 130
+            }
+        );
+    }
+
+    /// Catches: a listing sweep that keeps a file no longer on disk, restarts the grace
+    /// of a file already waiting, misses a new one, or leaves its marks set for the next
+    /// listing (which would then keep files it did not find).
+    #[tokio::test]
+    async fn a_listing_keeps_what_is_there_with_its_first_time_and_drops_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("t");
+        std::fs::create_dir_all(location.join("data")).unwrap();
+        std::fs::create_dir_all(location.join("metadata")).unwrap();
+        let kept = location.join("data/kept.parquet");
+        let new = location.join("metadata/new.avro");
+        std::fs::write(&kept, b"1234").unwrap();
+        std::fs::write(&new, b"12").unwrap();
+        let gone = dir.path().join("dropped/data/gone.parquet");
+        let first = Instant::now();
+        let now = first + Duration::from_secs(60);
+        let mut seen = FileMap::default();
+        seen.insert(&kept, waiting(first, SystemTime::now(), 1, true));
+        seen.insert(&gone, waiting(first, SystemTime::now(), 1, true));
+        let locations = SweptDirs::of(vec![(location.clone(), true)]);
+        let (referenced, was_referenced, floors) = Default::default();
+        let rules = Rules {
+            locations: &locations,
+            referenced: &referenced,
+            was_referenced: &was_referenced,
+            metadata_floors: &floors,
+            limits: limits(u64::MAX),
+            oldest_pin: None,
+        };
+        listed(&FileStore::Local, &rules, &mut seen, now)
+            .await
+            .unwrap();
+        let mut got: Vec<(PathBuf, Instant, u64, bool)> = seen
+            .entries()
+            .map(|(k, w)| (seen.path(k), w.since, w.bytes, w.listed))
+            .collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            got,
+            vec![(kept, first, 4, false), (new, now, 2, false)],
+            "sizes from the listing, first times kept, marks reset"
+        );
+        assert!(!seen.contains(&gone));
     }
 }

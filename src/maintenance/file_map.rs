@@ -20,9 +20,9 @@ pub(super) struct FileKey {
 
 /// Files (by path) to values of `V`, each directory's path kept once.
 ///
-/// A directory stays numbered while the map lives, also once its last file left: a
-/// caller that rebuilds its set of files from scratch (a listing sweep) moves the files
-/// it keeps into a new map, whose directories are then only theirs.
+/// A directory stays numbered once its last file left, until
+/// [`FileMap::forget_empty_dirs`] (a listing sweep calls it after dropping the files it
+/// no longer found).
 #[derive(Debug)]
 pub(super) struct FileMap<V> {
     /// Each directory by its number; the same allocation as its key in `dir_ids`.
@@ -109,6 +109,53 @@ impl<V> FileMap<V> {
         self.files.insert(key, value);
     }
 
+    /// The value of `path`, to change.
+    pub(super) fn get_mut(&mut self, path: &Path) -> Option<&mut V> {
+        let key = self.find(path)?;
+        self.files.get_mut(&key)
+    }
+
+    /// Keeps the files whose value `keep` (which may change it) holds for.
+    pub(super) fn retain_values(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        self.files.retain(|_, value| keep(value));
+    }
+
+    /// Forgets the directories no file is in (numbering the rest anew when any is
+    /// forgotten: the map is rebuilt, which costs its size once).
+    pub(super) fn forget_empty_dirs(&mut self) {
+        let mut used = vec![false; self.dirs.len()];
+        for key in self.files.keys() {
+            used[key.dir as usize] = true;
+        }
+        if used.iter().all(|u| *u) {
+            return;
+        }
+        let mut renumbered = vec![0u32; self.dirs.len()];
+        let mut dirs = Vec::new();
+        for (old, dir) in std::mem::take(&mut self.dirs).into_iter().enumerate() {
+            if used[old] {
+                renumbered[old] = u32::try_from(dirs.len()).expect("fewer than 2^32 directories");
+                dirs.push(dir);
+            }
+        }
+        self.dir_ids = dirs
+            .iter()
+            .enumerate()
+            .map(|(id, dir)| (Arc::clone(dir), id as u32))
+            .collect();
+        self.dirs = dirs;
+        self.files = std::mem::take(&mut self.files)
+            .into_iter()
+            .map(|(key, value)| {
+                let key = FileKey {
+                    dir: renumbered[key.dir as usize],
+                    name: key.name,
+                };
+                (key, value)
+            })
+            .collect();
+    }
+
     /// Takes `path` out, with its value.
     pub(super) fn remove(&mut self, path: &Path) -> Option<V> {
         let key = self.find(path)?;
@@ -126,11 +173,6 @@ impl<V> FileMap<V> {
         let dirs = &self.dirs;
         self.files
             .retain(|key, _| keep(&dirs[key.dir as usize].join(&*key.name)));
-    }
-
-    /// The values.
-    pub(super) fn values(&self) -> impl Iterator<Item = &V> {
-        self.files.values()
     }
 
     /// The keys and values, in no order.
@@ -182,5 +224,38 @@ mod tests {
         map.retain(|p| p != a);
         let left: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
         assert_eq!(left, vec![PathBuf::from("x.avro")]);
+    }
+
+    /// Catches: a directory kept once its files are gone (a dropped table's directories
+    /// held for the server's life), or files of the directories kept losing their way
+    /// when the rest are numbered anew.
+    #[test]
+    fn empty_directories_are_forgotten_and_the_rest_keep_their_files() {
+        let mut map = FileMap::default();
+        let gone = Path::new("/w/ns/dropped/metadata/snap-1.avro");
+        let kept = [
+            Path::new("/w/ns/t/metadata/snap-2.avro"),
+            Path::new("/w/ns/t/data/a.parquet"),
+        ];
+        map.insert(gone, 1);
+        for (i, p) in kept.iter().enumerate() {
+            map.insert(p, 10 + i);
+        }
+        map.retain_values(|v| {
+            *v += 100;
+            *v != 101
+        });
+        map.forget_empty_dirs();
+        assert_eq!(map.dirs.len(), 2);
+        assert_eq!(map.dir_ids.len(), 2);
+        assert!(!map.contains(gone));
+        assert_eq!(map.get_mut(kept[0]).copied(), Some(110));
+        assert_eq!(map.get_mut(kept[1]).copied(), Some(111));
+        let mut paths: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
+        paths.sort();
+        assert_eq!(paths, vec![kept[1].to_path_buf(), kept[0].to_path_buf()]);
+        map.insert(gone, 2);
+        assert_eq!(map.dirs.len(), 3, "a forgotten directory is numbered again");
+        assert_eq!(map.get_mut(gone).copied(), Some(2));
     }
 }
