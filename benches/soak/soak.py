@@ -340,33 +340,11 @@ def reader(rest_url: str, tables: list[str], q, stop, period: float = 0.0) -> No
 # The server and the warehouse.
 
 
-class Warehouse:
-    """Where the tables live, and how to measure it."""
+class WarehouseFiles:
+    """How to read what is in the warehouse (picklable: the disk walker's process gets one)."""
 
-    def __init__(self, kind: str, out: Path, endpoint: str | None = None):
-        self.kind = kind
-        self.moto = None
-        self.endpoint = endpoint
-        self.data_dir = out / "data"
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if kind == "s3" and endpoint is not None:
-            # A server of the caller's (one that is not a Python process on the same
-            # cores): it must take the soak's credentials.
-            wait_http(endpoint, None, f"S3 server at {endpoint}", timeout=10)
-            s3 = self.s3()
-            if S3_BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
-                s3.create_bucket(Bucket=S3_BUCKET)
-        elif kind == "s3":
-            [port] = free_ports(1)
-            self.endpoint = f"http://127.0.0.1:{port}"
-            log = open(out / "moto.log", "wb")
-            self.moto = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-            wait_http(self.endpoint, self.moto, "moto_server")
-            self.s3().create_bucket(Bucket=S3_BUCKET)
+    def __init__(self, kind: str, data_dir: Path, endpoint: str | None, root: Path | None):
+        self.kind, self.data_dir, self.endpoint, self.root = kind, data_dir, endpoint, root
 
     def s3(self):
         import boto3
@@ -379,32 +357,38 @@ class Warehouse:
             region_name=S3_CREDENTIALS["AWS_REGION"],
         )
 
-    def server_args(self) -> list[str]:
-        if self.kind != "s3":
-            return []
-        return [
-            "--warehouse", f"s3://{S3_BUCKET}/wh",
-            "--s3-endpoint", self.endpoint,
-            "--s3-path-style-access", "true",
-            "--s3-vend-credentials", "true",
-        ]
-
     def files(self):
         """(path relative to the warehouse, bytes) of every file."""
+        if self.kind == "s3" and self.root is not None:
+            yield from self._walk(self.root / S3_BUCKET / "wh")
+            return
         if self.kind == "s3":
             pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix="wh/")
             for page in pages:
                 for o in page.get("Contents", []):
                     yield o["Key"][3:], o["Size"]
             return
-        root = self.data_dir / "warehouse"
-        for dirpath, _, names in os.walk(root):
-            for name in names:
-                p = os.path.join(dirpath, name)
-                try:
-                    yield os.path.relpath(p, root), os.stat(p).st_size
-                except FileNotFoundError:  # removed by cleanup while walking
-                    pass
+        yield from self._walk(self.data_dir / "warehouse")
+
+    @staticmethod
+    def _walk(root: Path):
+        top = str(root)
+        skip = len(top) + 1
+        stack = [top]
+        while stack:
+            try:
+                entries = os.scandir(stack.pop())
+            except FileNotFoundError:  # a dropped table's directory
+                continue
+            with entries:
+                for e in entries:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        else:
+                            yield e.path[skip:], e.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:  # removed by cleanup while walking
+                        pass
 
     def disk(self) -> dict:
         """Bytes on disk by kind, metadata JSON files, the largest current metadata JSON."""
@@ -434,6 +418,65 @@ class Warehouse:
             sizes[kind] += size
         largest = max((b for _, b in newest.values()), default=0)
         return {"sizes": sizes, "metadata_files": metadata_files, "metadata_json_bytes": largest}
+
+
+def disk_walker(files: WarehouseFiles, every: float, q, stop) -> None:
+    """Walks the warehouse every ``every`` seconds (or back to back when a walk takes
+    longer) at the lowest CPU priority, putting each walk's figures on ``q``.
+
+    At 300,000 files a walk took 3–4.5 s of CPU: done in the sampler at normal priority
+    every 10 s it took a third of a core from the server, more as files piled up, and
+    the run's put latency and commits/s measured that too."""
+    os.nice(19)
+    while not stop.is_set():
+        started = time.monotonic()
+        cpu = time.process_time()
+        try:
+            disk = files.disk()
+        except Exception:
+            q.put([("error", time.time(), "disk walk: " + traceback.format_exc())])
+            stop.wait(every)
+            continue
+        q.put([("disk", time.time(), {**disk, "cpu_s": time.process_time() - cpu})])
+        stop.wait(max(0.0, every - (time.monotonic() - started)))
+
+
+class Warehouse(WarehouseFiles):
+    """Where the tables live (and the moto server, when the run starts one)."""
+
+    def __init__(self, kind: str, out: Path, endpoint: str | None = None, root: Path | None = None):
+        data_dir = out / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(kind, data_dir, endpoint, root)
+        self.moto = None
+        if kind == "s3" and endpoint is not None:
+            # A server of the caller's (one that is not a Python process on the same
+            # cores): it must take the soak's credentials.
+            wait_http(endpoint, None, f"S3 server at {endpoint}", timeout=10)
+            s3 = self.s3()
+            if S3_BUCKET not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
+                s3.create_bucket(Bucket=S3_BUCKET)
+        elif kind == "s3":
+            [port] = free_ports(1)
+            self.endpoint = f"http://127.0.0.1:{port}"
+            log = open(out / "moto.log", "wb")
+            self.moto = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            wait_http(self.endpoint, self.moto, "moto_server")
+            self.s3().create_bucket(Bucket=S3_BUCKET)
+
+    def server_args(self) -> list[str]:
+        if self.kind != "s3":
+            return []
+        return [
+            "--warehouse", f"s3://{S3_BUCKET}/wh",
+            "--s3-endpoint", self.endpoint,
+            "--s3-path-style-access", "true",
+            "--s3-vend-credentials", "true",
+        ]
 
     def stop(self) -> None:
         if self.moto is not None:
@@ -497,6 +540,8 @@ COLUMNS = [
     ("pass_mean_s", "maintenance pass time (mean over the sample), s"),
     ("rows_total", "rows committed, total"),
     ("disk_bytes_per_row", "bytes on disk per live row"),
+    ("walk_cpu_s", "CPU of the harness's latest walk of the warehouse (at nice 19), s"),
+    ("disk_age_s", "how long before the sample that walk ended (the disk and metadata JSON columns are its), s"),
 ]
 
 # One figure per quantity: (file name, title, columns).
@@ -521,8 +566,10 @@ FIGURES = [
 
 
 class Sampler:
-    def __init__(self, http: str, pid: int, wh: Warehouse):
-        self.http, self.pid, self.wh = http, pid, wh
+    def __init__(self, http: str, pid: int):
+        self.http, self.pid = http, pid
+        # The latest walk of the warehouse (from `disk_walker`): (when it ended, figures).
+        self.disk: tuple[float, dict] | None = None
         self.prev = None
         self.prev_t = None
         self.all_fresh_tiny: list[float] = []
@@ -546,8 +593,12 @@ class Sampler:
         )
         pass_sum = m.get("skade_maintenance_pass_duration_seconds_sum", 0.0)
         pass_count = m.get("skade_maintenance_pass_duration_seconds_count", 0.0)
-        disk = self.wh.disk()
-        total = sum(disk["sizes"].values())
+        for e in events:
+            if e[0] == "disk" and (self.disk is None or e[1] >= self.disk[0]):
+                self.disk = (e[1], e[2])
+        # No walk yet: the disk columns are left empty.
+        walked_at, disk = self.disk or (None, None)
+        total = sum(disk["sizes"].values()) if disk else None
         # RSS counts the rows in flight, up to --memory-budget (2 GiB by default): a fast
         # stream's share of it follows its speed of the moment, not the run's age.
         rss = rss_bytes(self.pid)
@@ -577,21 +628,23 @@ class Sampler:
             "rss_mib": rss * mib,
             "reserved_mib": reserved * mib,
             "rss_less_reserved_mib": max(0, rss - reserved) * mib,
-            "disk_data_mib": disk["sizes"]["data"] * mib,
-            "disk_manifest_mib": disk["sizes"]["manifest"] * mib,
-            "disk_manifest_list_mib": disk["sizes"]["manifest_list"] * mib,
-            "disk_metadata_mib": disk["sizes"]["metadata"] * mib,
-            "disk_total_mib": total * mib,
+            "disk_data_mib": disk["sizes"]["data"] * mib if disk else None,
+            "disk_manifest_mib": disk["sizes"]["manifest"] * mib if disk else None,
+            "disk_manifest_list_mib": disk["sizes"]["manifest_list"] * mib if disk else None,
+            "disk_metadata_mib": disk["sizes"]["metadata"] * mib if disk else None,
+            "disk_total_mib": total * mib if disk else None,
             "waiting_mib": m.get("skade_cleanup_waiting_bytes", 0.0) * mib,
             "waiting_files": m.get("skade_cleanup_waiting_files", 0.0),
             "early_deleted_files": metric_sum(m, "skade_files_deleted_early_total"),
-            "metadata_json_kib": disk["metadata_json_bytes"] / 1024,
-            "metadata_json_files": disk["metadata_files"],
+            "metadata_json_kib": disk["metadata_json_bytes"] / 1024 if disk else None,
+            "metadata_json_files": disk["metadata_files"] if disk else None,
             "snapshots": metric_sum(m, "skade_table_snapshots"),
             "live_data_files": metric_sum(m, "skade_table_data_files"),
             "pass_mean_s": (pass_sum - prev.get("pass_sum", 0.0)) / passes if passes else None,
             "rows_total": rows,
-            "disk_bytes_per_row": total / rows if rows else None,
+            "disk_bytes_per_row": total / rows if rows and disk else None,
+            "walk_cpu_s": disk["cpu_s"] if disk else None,
+            "disk_age_s": None if walked_at is None else max(0.0, time.time() - walked_at),
         }
         self.prev = {"rows": rows, "commits": commits, "pass_sum": pass_sum, "pass_count": pass_count}
         self.prev_t = t
@@ -663,6 +716,7 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     ratio_line("pass_mean_s", "maintenance pass (s)", target=False)
     ratio_line("scan_p50_ms", "reader load-table + scan p50, tiny (ms)", target=False)
     ratio_line("scan_large_p50_ms", "reader load-table + scan p50, large (ms)", target=False)
+    ratio_line("walk_cpu_s", "harness CPU per walk of the warehouse (s)", target=False)
 
     settled = 30.0  # the first seconds (tables being created) are left out
     tiny = [x for t, x in sampler.all_fresh_tiny if t > settled]
@@ -750,6 +804,9 @@ def main() -> int:
     p.add_argument("--s3-endpoint",
                    help="with --warehouse s3: an S3 server already running (taking access key and secret "
                    f"{S3_CREDENTIALS['AWS_ACCESS_KEY_ID']!r}) instead of a moto server started for the run")
+    p.add_argument("--s3-root", type=Path,
+                   help="with --s3-endpoint: the directory that server keeps its buckets in (s3s-fs's ROOT); "
+                   "the disk figures walk it instead of listing the bucket a page of 1,000 keys at a time")
     p.add_argument("--out", type=Path, help="output directory (default benches/soak/out/<warehouse>-<time>)")
     p.add_argument("--skade-bin", type=Path, default=REPO / "target" / "release" / "skade")
     p.add_argument("--sample", type=parse_duration, default=10.0, help="seconds between samples")
@@ -782,7 +839,9 @@ def main() -> int:
 
     if args.s3_endpoint and args.warehouse != "s3":
         raise SystemExit("--s3-endpoint needs --warehouse s3")
-    wh = Warehouse(args.warehouse, out, args.s3_endpoint)
+    if args.s3_root and not args.s3_endpoint:
+        raise SystemExit("--s3-root needs --s3-endpoint")
+    wh = Warehouse(args.warehouse, out, args.s3_endpoint, args.s3_root)
     proc, flight_uri, http = start_server(args.skade_bin, wh, out, args.server_args)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -796,7 +855,12 @@ def main() -> int:
     for r in range(args.readers):
         workers.append(ctx.Process(target=reader, args=(http, tiny[r :: args.readers], q, stop), name=f"reader{r}"))
     workers.append(ctx.Process(target=reader, args=(http, ["large"], q, stop, args.large_poll), name="reader_large"))
-    sampler = Sampler(http, proc.pid, wh)
+    workers.append(ctx.Process(
+        target=disk_walker,
+        args=(WarehouseFiles(wh.kind, wh.data_dir, wh.endpoint, wh.root), args.sample, q, stop),
+        name="disk_walker",
+    ))
+    sampler = Sampler(http, proc.pid)
     rows: list[dict] = []
     csv_path = out / "soak.csv"
     start = time.monotonic()
@@ -839,7 +903,7 @@ def main() -> int:
                     f"[{t / 60:5.1f} min] rows/s {fmt(row['rows_per_s'])} commits/s {fmt(row['commits_per_s'])} "
                     f"put p50/p99 {fmt(row['put_p50_ms'])}/{fmt(row['put_p99_ms'])} ms "
                     f"fresh tiny p99 {fmt(row['fresh_tiny_p99_s'])} s large p99 {fmt(row['fresh_large_p99_s'])} s "
-                    f"RSS {row['rss_mib']:.0f} MiB disk {row['disk_total_mib']:.0f} MiB "
+                    f"RSS {row['rss_mib']:.0f} MiB disk {fmt(row['disk_total_mib'])} MiB "
                     f"waiting {row['waiting_mib']:.1f} MiB/{row['waiting_files']:.0f}",
                     flush=True,
                 )
@@ -885,7 +949,8 @@ def main() -> int:
         problems = []
         if sampler.errors:
             problems.append(f"{len(sampler.errors)} client errors")
-        for key in ["rows_per_s", "put_p50_ms", "txn_p50_ms", "fresh_tiny_p99_s", "fresh_large_p99_s", "rss_mib"]:
+        for key in ["rows_per_s", "put_p50_ms", "txn_p50_ms", "fresh_tiny_p99_s", "fresh_large_p99_s", "rss_mib",
+                    "disk_total_mib"]:
             if not any(r[key] for r in rows[1:]):
                 problems.append(f"no {key} in any sample")
         if len(plots) != len(FIGURES):
