@@ -131,7 +131,7 @@ pub(crate) struct SweptTable {
     pub(crate) delete_metadata: bool,
 }
 
-/// How long and how much a sweep keeps (README, "Table maintenance").
+/// How long and how much a sweep keeps (`docs/maintenance.md`, "Table maintenance").
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
     /// `--cleanup-grace`: how long an unreferenced file is kept, and how old a leftover
@@ -420,8 +420,8 @@ impl Sweeper {
 /// What a sweep removes now, taken out of `seen`: the files whose grace period has
 /// passed ([`Rules::due`]); then, while the files left that no write in progress holds
 /// add up to more than `--cleanup-max-waiting` bytes, the longest-waiting of them (by
-/// when a sweep first found them, then the oldest modification, then directory and
-/// name), marked early. A file that is no longer a candidate (its location stopped
+/// when a sweep first found them, then the oldest modification, then by path), marked
+/// early. A file that is no longer a candidate (its location stopped
 /// being swept since the last listing) leaves `seen` without being returned. Also
 /// returns what waits after (files held by a write in progress not counted).
 ///
@@ -468,20 +468,18 @@ fn decide(
             break;
         }
     }
-    let Some(cut) = cut else {
-        return (doomed, waiting);
-    };
+    let cut = cut.expect("the last sweep's files are all that is left before it");
     let mut early = Vec::new();
     let mut at_cut = Vec::new();
     for (key, w) in seen.entries().filter(|(_, w)| !w.pinned(pin, wall)) {
         if w.since < cut {
             early.push(key.clone());
         } else if w.since == cut {
-            at_cut.push((w.modified, key.clone(), w.bytes));
+            at_cut.push((w.modified, seen.path(key), key.clone(), w.bytes));
         }
     }
-    at_cut.sort();
-    for (_, key, bytes) in at_cut {
+    at_cut.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    for (_, _, key, bytes) in at_cut {
         if waiting.bytes <= cap {
             break;
         }
@@ -516,9 +514,10 @@ fn take_candidates(
 /// it first waited, or `now`); files no longer there or referenced leave it, and so do
 /// the directories no waiting file is in.
 ///
-/// One directory's listing at a time, marked in place: the soak's 300,000 waiting files
-/// were listed all at once and moved into a second map, ≈ 130 MiB held together for
-/// the sweep (`docs/performance.md`, "Soak").
+/// One listing (a location's `data/` or `metadata/`, each a recursive listing) at a
+/// time, marked in place: the soak's 300,000 waiting files were listed all at once and
+/// moved into a second map, ≈ 130 MiB held together for the sweep
+/// (`docs/performance.md`, "Soak").
 ///
 /// # Errors
 /// The store's error listing (then the files listed so far have joined `seen`, and
@@ -818,9 +817,10 @@ mod tests {
     /// breaks a tie between files found by one sweep other than by oldest modification
     /// then name, that counts or removes a file a write in progress holds, or a file
     /// due after its grace reported as early. Expected by the rule in `decide`'s docs
-    /// (README, "Table maintenance"): total 220 bytes not held, cap 150, so the oldest
-    /// go until 150 or less is left: a, b (first sweep), d, c (second sweep: d's
-    /// modification is older; c's name comes before e's), leaving e and f (130).
+    /// (`docs/maintenance.md`, "Table maintenance"): total 220 bytes not held, cap 150,
+    /// so the oldest go until 150 or less is left: a, b (first sweep), h, c (second
+    /// sweep: h's modification is older, though its name comes last; c's name comes
+    /// before e's), leaving e and f (130).
     #[test]
     fn past_the_cap_the_longest_waiting_go_in_order_and_held_files_stay() {
         let base = Instant::now();
@@ -837,7 +837,7 @@ mod tests {
         seen.insert(&file("a"), waiting(first, old, 10, true));
         seen.insert(&file("e"), waiting(second, old + HOUR / 2, 30, true));
         seen.insert(&file("c"), waiting(second, old + HOUR / 2, 30, true));
-        seen.insert(&file("d"), waiting(second, old, 30, true));
+        seen.insert(&file("h"), waiting(second, old, 30, true));
         seen.insert(&file("f"), waiting(third, old, 100, true));
         // Written after the oldest write pin and never referenced: held.
         seen.insert(&file("p"), waiting(base, wall - HOUR / 6, 1000, false));
@@ -860,7 +860,7 @@ mod tests {
         assert_eq!(due, vec![(file("g"), false)]);
         let mut early: Vec<PathBuf> = early.into_iter().map(|(p, _)| p).collect();
         early.sort();
-        assert_eq!(early, vec![file("a"), file("b"), file("c"), file("d")]);
+        assert_eq!(early, vec![file("a"), file("b"), file("c"), file("h")]);
         assert_eq!(
             left,
             WaitingFiles {
@@ -905,12 +905,15 @@ mod tests {
         let new = location.join("metadata/new.avro");
         std::fs::write(&kept, b"1234").unwrap();
         std::fs::write(&new, b"12").unwrap();
-        let gone = dir.path().join("dropped/data/gone.parquet");
+        // Waiting, and no longer on disk: in a swept location and in one no longer swept.
+        let gone = location.join("data/gone.parquet");
+        let unswept = dir.path().join("dropped/data/gone.parquet");
         let first = Instant::now();
         let now = first + Duration::from_secs(60);
         let mut seen = FileMap::default();
         seen.insert(&kept, waiting(first, SystemTime::now(), 1, true));
         seen.insert(&gone, waiting(first, SystemTime::now(), 1, true));
+        seen.insert(&unswept, waiting(first, SystemTime::now(), 1, true));
         let locations = SweptDirs::of(vec![(location.clone(), true)]);
         let (referenced, was_referenced, floors) = Default::default();
         let rules = Rules {
@@ -935,5 +938,6 @@ mod tests {
             "sizes from the listing, first times kept, marks reset"
         );
         assert!(!seen.contains(&gone));
+        assert!(!seen.contains(&unswept));
     }
 }

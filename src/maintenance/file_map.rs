@@ -22,12 +22,15 @@ pub(super) struct FileKey {
 ///
 /// A directory stays numbered once its last file left, until
 /// [`FileMap::forget_empty_dirs`] (a listing sweep calls it after dropping the files it
-/// no longer found).
+/// no longer found); its number is then given to the next new directory.
 #[derive(Debug)]
 pub(super) struct FileMap<V> {
-    /// Each directory by its number; the same allocation as its key in `dir_ids`.
-    dirs: Vec<Arc<Path>>,
+    /// Each directory by its number (`None`: forgotten, free); the same allocation as
+    /// its key in `dir_ids`.
+    dirs: Vec<Option<Arc<Path>>>,
     dir_ids: HashMap<Arc<Path>, u32>,
+    /// Numbers of forgotten directories, to give out again.
+    free: Vec<u32>,
     files: HashMap<FileKey, V>,
 }
 
@@ -36,6 +39,7 @@ impl<V> Default for FileMap<V> {
         Self {
             dirs: Vec::new(),
             dir_ids: HashMap::new(),
+            free: Vec::new(),
             files: HashMap::new(),
         }
     }
@@ -74,9 +78,19 @@ impl<V> FileMap<V> {
         let id = match self.dir_ids.get(dir) {
             Some(id) => *id,
             None => {
-                let id = u32::try_from(self.dirs.len()).expect("fewer than 2^32 directories");
                 let dir: Arc<Path> = Arc::from(dir);
-                self.dirs.push(Arc::clone(&dir));
+                let id = match self.free.pop() {
+                    Some(id) => {
+                        self.dirs[id as usize] = Some(Arc::clone(&dir));
+                        id
+                    }
+                    None => {
+                        let id =
+                            u32::try_from(self.dirs.len()).expect("fewer than 2^32 directories");
+                        self.dirs.push(Some(Arc::clone(&dir)));
+                        id
+                    }
+                };
                 self.dir_ids.insert(dir, id);
                 id
             }
@@ -87,9 +101,17 @@ impl<V> FileMap<V> {
         }
     }
 
+    /// The directory numbered `id` (one a key of this map carries: numbered until no
+    /// file is in it).
+    fn dir(&self, id: u32) -> &Path {
+        self.dirs[id as usize]
+            .as_deref()
+            .expect("a key's directory stays numbered while the key is in the map")
+    }
+
     /// The path of `key`.
     pub(super) fn path(&self, key: &FileKey) -> PathBuf {
-        self.dirs[key.dir as usize].join(&*key.name)
+        self.dir(key.dir).join(&*key.name)
     }
 
     /// Whether `path` is in the map.
@@ -120,40 +142,20 @@ impl<V> FileMap<V> {
         self.files.retain(|_, value| keep(value));
     }
 
-    /// Forgets the directories no file is in (numbering the rest anew when any is
-    /// forgotten: the map is rebuilt, which costs its size once).
+    /// Forgets the directories no file is in; the files keep their keys.
     pub(super) fn forget_empty_dirs(&mut self) {
         let mut used = vec![false; self.dirs.len()];
         for key in self.files.keys() {
             used[key.dir as usize] = true;
         }
-        if used.iter().all(|u| *u) {
-            return;
-        }
-        let mut renumbered = vec![0u32; self.dirs.len()];
-        let mut dirs = Vec::new();
-        for (old, dir) in std::mem::take(&mut self.dirs).into_iter().enumerate() {
-            if used[old] {
-                renumbered[old] = u32::try_from(dirs.len()).expect("fewer than 2^32 directories");
-                dirs.push(dir);
+        for (id, slot) in self.dirs.iter_mut().enumerate() {
+            if !used[id]
+                && let Some(dir) = slot.take()
+            {
+                self.dir_ids.remove(&dir);
+                self.free.push(id as u32);
             }
         }
-        self.dir_ids = dirs
-            .iter()
-            .enumerate()
-            .map(|(id, dir)| (Arc::clone(dir), id as u32))
-            .collect();
-        self.dirs = dirs;
-        self.files = std::mem::take(&mut self.files)
-            .into_iter()
-            .map(|(key, value)| {
-                let key = FileKey {
-                    dir: renumbered[key.dir as usize],
-                    name: key.name,
-                };
-                (key, value)
-            })
-            .collect();
     }
 
     /// Takes `path` out, with its value.
@@ -171,8 +173,12 @@ impl<V> FileMap<V> {
     /// Keeps the files for which `keep(path)` holds (each path put together once).
     pub(super) fn retain(&mut self, mut keep: impl FnMut(&Path) -> bool) {
         let dirs = &self.dirs;
-        self.files
-            .retain(|key, _| keep(&dirs[key.dir as usize].join(&*key.name)));
+        self.files.retain(|key, _| {
+            let dir = dirs[key.dir as usize]
+                .as_deref()
+                .expect("a key's directory stays numbered while the key is in the map");
+            keep(&dir.join(&*key.name))
+        });
     }
 
     /// The keys and values, in no order.
@@ -227,8 +233,8 @@ mod tests {
     }
 
     /// Catches: a directory kept once its files are gone (a dropped table's directories
-    /// held for the server's life), or files of the directories kept losing their way
-    /// when the rest are numbered anew.
+    /// held for the server's life), or a file losing its way when a forgotten
+    /// directory's number goes to a new one.
     #[test]
     fn empty_directories_are_forgotten_and_the_rest_keep_their_files() {
         let mut map = FileMap::default();
@@ -246,16 +252,32 @@ mod tests {
             *v != 101
         });
         map.forget_empty_dirs();
-        assert_eq!(map.dirs.len(), 2);
         assert_eq!(map.dir_ids.len(), 2);
+        assert_eq!(map.dirs.iter().flatten().count(), 2);
         assert!(!map.contains(gone));
         assert_eq!(map.get_mut(kept[0]).copied(), Some(110));
         assert_eq!(map.get_mut(kept[1]).copied(), Some(111));
         let mut paths: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
         paths.sort();
         assert_eq!(paths, vec![kept[1].to_path_buf(), kept[0].to_path_buf()]);
-        map.insert(gone, 2);
-        assert_eq!(map.dirs.len(), 3, "a forgotten directory is numbered again");
-        assert_eq!(map.get_mut(gone).copied(), Some(2));
+        let other = Path::new("/w/ns/new/metadata/snap-3.avro");
+        map.insert(other, 3);
+        assert_eq!(
+            map.dirs.len(),
+            3,
+            "a forgotten directory's number is given out again"
+        );
+        assert_eq!(map.get_mut(other).copied(), Some(3));
+        assert_eq!(map.get_mut(kept[0]).copied(), Some(110));
+        let mut paths: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            vec![
+                other.to_path_buf(),
+                kept[1].to_path_buf(),
+                kept[0].to_path_buf()
+            ]
+        );
     }
 }
