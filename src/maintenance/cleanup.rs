@@ -178,6 +178,24 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// `file` (of `kind`) as a sweep first finds it waiting at `since`.
+    fn found(
+        file: &crate::storage::file_store::StoredFile,
+        kind: FileKind,
+        since: Instant,
+        committed: bool,
+        listed: bool,
+    ) -> Self {
+        Self {
+            since,
+            bytes: file.size_bytes,
+            modified: file.modified,
+            kind,
+            committed,
+            listed,
+        }
+    }
+
     /// Whether a write in progress may still need it: it was never referenced and was
     /// modified at or after the oldest live write pin.
     fn pinned(&self, oldest_pin: Option<SystemTime>, wall: SystemTime) -> bool {
@@ -559,16 +577,10 @@ async fn mark_listed(
                     waiting.kind = kind;
                     waiting.listed = true;
                 } else {
+                    let committed = rules.committed(&file.path, kind);
                     seen.insert(
                         &file.path,
-                        Waiting {
-                            since: now,
-                            bytes: file.size_bytes,
-                            modified: file.modified,
-                            kind,
-                            committed: rules.committed(&file.path, kind),
-                            listed: true,
-                        },
+                        Waiting::found(&file, kind, now, committed, true),
                     );
                 }
             }
@@ -607,17 +619,7 @@ async fn between_listings(
         let Some(kind) = rules.candidate(&file.path) else {
             continue;
         };
-        seen.insert(
-            &file.path,
-            Waiting {
-                since: now,
-                bytes: file.size_bytes,
-                modified: file.modified,
-                kind,
-                committed: true,
-                listed: false,
-            },
-        );
+        seen.insert(&file.path, Waiting::found(&file, kind, now, true, false));
     }
     Ok(())
 }
