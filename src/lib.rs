@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod flight;
+pub mod heap;
 pub mod http;
 pub mod logging;
 pub mod maintenance;

@@ -51,6 +51,10 @@ pub const MEMORY_BUDGET_BYTES: &str = "skade_memory_budget_bytes";
 /// Arrow bytes of rows in flight held against the memory budget right now (read at
 /// scrape time).
 pub const MEMORY_RESERVED_BYTES: &str = "skade_memory_reserved_bytes";
+/// Bytes the process's allocator has handed out and not had back (the live heap, read at
+/// scrape time; [`crate::heap::allocated_bytes`]). Shown only when the global allocator
+/// counts them, as the `skade` binary's does.
+pub const HEAP_ALLOCATED_BYTES: &str = "skade_heap_allocated_bytes";
 /// 1 when `/readyz` would answer 200, else 0 (checked at scrape time).
 pub const READY: &str = "skade_ready";
 
@@ -238,6 +242,8 @@ struct IngestFamily {
     transactions_active: IntGauge,
     memory_budget_bytes: IntGauge,
     memory_reserved_bytes: IntGauge,
+    /// `None` when the global allocator does not count (a program embedding the library).
+    heap_allocated_bytes: Option<IntGauge>,
     ready: IntGauge,
 }
 
@@ -268,6 +274,12 @@ impl IngestFamily {
                 MEMORY_RESERVED_BYTES,
                 "Arrow bytes of rows in flight held against the memory budget.",
             ),
+            heap_allocated_bytes: crate::heap::allocated_bytes().map(|_| {
+                r.gauge(
+                    HEAP_ALLOCATED_BYTES,
+                    "Bytes the allocator has handed out and not had back (the live heap), to within 64 KiB per thread.",
+                )
+            }),
             ready: r.gauge(READY, "1 when /readyz answers 200, else 0."),
         }
     }
@@ -607,11 +619,16 @@ impl Metrics {
     }
 
     /// Sets what a scrape reads from the server: bytes held against the memory budget,
-    /// writer ids with a mark (`None` when the catalog could not be read: the last value
-    /// stays), and readiness.
+    /// the live heap ([`crate::heap::allocated_bytes`]), writer ids with a mark (`None`
+    /// when the catalog could not be read: the last value stays), and readiness.
     pub fn set_scrape_state(&self, reserved_bytes: usize, writers: Option<u64>, ready: bool) {
         let i = &self.ingest;
         i.memory_reserved_bytes.set(gauge_value(reserved_bytes));
+        if let (Some(gauge), Some(bytes)) =
+            (&i.heap_allocated_bytes, crate::heap::allocated_bytes())
+        {
+            gauge.set(gauge_value(bytes));
+        }
         if let Some(writers) = writers {
             self.writers.writers.set(gauge_value(writers));
         }

@@ -67,7 +67,8 @@
 /// applied at the start of `main`): the bench runs the server in this process, so its
 /// speed and memory figures are the server's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: skade::heap::CountingAllocator<mimalloc::MiMalloc> =
+    skade::heap::CountingAllocator::new(mimalloc::MiMalloc);
 
 #[path = "../../src/allocator.rs"]
 mod allocator;

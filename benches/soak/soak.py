@@ -525,6 +525,7 @@ COLUMNS = [
     ("rss_mib", "server RSS, MiB"),
     ("reserved_mib", "rows in flight held against --memory-budget (skade_memory_reserved_bytes), MiB"),
     ("rss_less_reserved_mib", "server RSS less the rows in flight, MiB"),
+    ("heap_mib", "server live heap: bytes allocated and not freed (skade_heap_allocated_bytes), MiB"),
     ("disk_data_mib", "bytes on disk: data files, MiB"),
     ("disk_manifest_mib", "bytes on disk: manifests, MiB"),
     ("disk_manifest_list_mib", "bytes on disk: manifest lists, MiB"),
@@ -552,7 +553,7 @@ FIGURES = [
     ("txn_latency", "Flight SQL transaction latency (ms)", ["txn_p50_ms"]),
     ("freshness_tiny", "Freshness, tiny puts (s)", ["fresh_tiny_p50_s", "fresh_tiny_p99_s"]),
     ("freshness_large", "Freshness, large stream (s)", ["fresh_large_p50_s", "fresh_large_p99_s"]),
-    ("rss", "Server RSS (MiB)", ["rss_mib", "reserved_mib", "rss_less_reserved_mib"]),
+    ("rss", "Server RSS (MiB)", ["rss_mib", "heap_mib", "reserved_mib", "rss_less_reserved_mib"]),
     ("disk", "Bytes on disk (MiB)", ["disk_data_mib", "disk_manifest_mib", "disk_manifest_list_mib", "disk_metadata_mib", "disk_total_mib"]),
     ("waiting", "Waiting out a cleanup grace (MiB)", ["waiting_mib"]),
     ("waiting_files", "Files waiting out a cleanup grace", ["waiting_files"]),
@@ -628,6 +629,7 @@ class Sampler:
             "rss_mib": rss * mib,
             "reserved_mib": reserved * mib,
             "rss_less_reserved_mib": max(0, rss - reserved) * mib,
+            "heap_mib": m["skade_heap_allocated_bytes"] * mib if "skade_heap_allocated_bytes" in m else None,
             "disk_data_mib": disk["sizes"]["data"] * mib if disk else None,
             "disk_manifest_mib": disk["sizes"]["manifest"] * mib if disk else None,
             "disk_manifest_list_mib": disk["sizes"]["manifest_list"] * mib if disk else None,
@@ -705,6 +707,7 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     ratio_line("rss_mib", "server RSS (MiB)")
     ratio_line("disk_bytes_per_row", "disk bytes per live row")
     ratio_line("rss_less_reserved_mib", "server RSS less rows in flight (MiB)", target=False)
+    ratio_line("heap_mib", "server live heap (MiB)", target=False)
     ratio_line("rows_per_s", "rows/s", target=False)
     ratio_line("commits_per_s", "commits/s", target=False)
     ratio_line("fresh_large_p99_s", "freshness p99, large (s)", target=False)
@@ -903,7 +906,7 @@ def main() -> int:
                     f"[{t / 60:5.1f} min] rows/s {fmt(row['rows_per_s'])} commits/s {fmt(row['commits_per_s'])} "
                     f"put p50/p99 {fmt(row['put_p50_ms'])}/{fmt(row['put_p99_ms'])} ms "
                     f"fresh tiny p99 {fmt(row['fresh_tiny_p99_s'])} s large p99 {fmt(row['fresh_large_p99_s'])} s "
-                    f"RSS {row['rss_mib']:.0f} MiB disk {fmt(row['disk_total_mib'])} MiB "
+                    f"RSS {row['rss_mib']:.0f} MiB heap {fmt(row['heap_mib'])} MiB disk {fmt(row['disk_total_mib'])} MiB "
                     f"waiting {row['waiting_mib']:.1f} MiB/{row['waiting_files']:.0f}",
                     flush=True,
                 )

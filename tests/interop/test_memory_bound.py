@@ -45,6 +45,9 @@ STREAM_WINDOW = 16 * MIB
 # a few seconds of that the server is back near its idle size (36-77 MiB here).
 RELEASED_WITHIN_S = 5.0
 IDLE_RSS = 128 * MIB
+# The live heap once the stream and its compaction are done: back within this of where
+# it was before (caches of the table's manifests and metadata stay).
+HEAP_SETTLED = 32 * MIB
 # How long compaction may go on after the stream before the test gives up waiting for
 # the budget to go idle (a debug server on a loaded 2-core machine took 20 s).
 SETTLE_S = 300.0
@@ -54,14 +57,19 @@ def rss_bound(message_bytes: int, streams: int = 1) -> int:
     return BUDGET + FIXED_OVERHEAD + streams * (STREAM_WINDOW + 3 * message_bytes)
 
 
-def reserved_bytes(server) -> float:
-    """``skade_memory_reserved_bytes`` from the server's ``/metrics``."""
+def gauge(server, name: str) -> float:
+    """Gauge ``name`` (no labels) from the server's ``/metrics``."""
     with urllib.request.urlopen(f"{server.metrics_url}/metrics", timeout=10) as response:
         text = response.read().decode()
     for line in text.splitlines():
-        if line.startswith("skade_memory_reserved_bytes "):
+        if line.startswith(f"{name} "):
             return float(line.split()[1])
-    raise AssertionError("no skade_memory_reserved_bytes in /metrics")
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def reserved_bytes(server) -> float:
+    """``skade_memory_reserved_bytes``: rows in flight held against the budget."""
+    return gauge(server, "skade_memory_reserved_bytes")
 
 
 def proc_status(pid: int, key: str) -> int:
@@ -171,11 +179,21 @@ def check_bound(server, message: int) -> None:
 
 def test_unpartitioned_stream_stays_within_the_bound(server):
     """Catches a put holding memory the budget does not count (encoded files assembled
-    whole before they are written, batches queued past the budget) or freed memory kept
-    from the operating system after the stream."""
+    whole before they are written, batches queued past the budget), freed memory kept
+    from the operating system after the stream, and a live-heap gauge that is missing
+    or miscounts."""
+    heap_before = gauge(server, "skade_heap_allocated_bytes")
     sent, message, _ = stream(server)
     assert sent >= STREAMED
     check_bound(server, message)
+    # The live heap the server reports: below its resident set, and back near where it
+    # was once 2 GiB have gone through (a miscounted realloc or free would drift by GiBs).
+    heap_after = gauge(server, "skade_heap_allocated_bytes")
+    rss = proc_status(server.process.pid, "VmRSS")
+    assert MIB < heap_before <= rss and MIB < heap_after <= rss, (heap_before, heap_after, rss)
+    assert abs(heap_after - heap_before) <= HEAP_SETTLED, (
+        f"live heap {heap_before / MIB:.0f} MiB before the stream, {heap_after / MIB:.0f} MiB after it"
+    )
 
 
 def test_32_partition_stream_stays_within_the_bound(server, monkeypatch):
