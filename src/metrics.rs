@@ -277,7 +277,10 @@ impl IngestFamily {
             heap_allocated_bytes: crate::heap::allocated_bytes().map(|_| {
                 r.gauge(
                     HEAP_ALLOCATED_BYTES,
-                    "Bytes the allocator has handed out and not had back (the live heap), to within 64 KiB per thread.",
+                    &format!(
+                        "Bytes the allocator has handed out and not had back (the live heap), to within {} KiB per thread.",
+                        crate::heap::THREAD_SLACK_BYTES >> 10
+                    ),
                 )
             }),
             ready: r.gauge(READY, "1 when /readyz answers 200, else 0."),
