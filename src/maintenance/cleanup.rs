@@ -7,12 +7,13 @@
 //!
 //! Each sweep gathers the references of every table at once (the same walk as
 //! `skade gc`, [`ReferenceWalker`], kept across sweeps so each manifest list and
-//! manifest is read once). Every `LISTING_EVERY` (or quarter of `--cleanup-grace`,
-//! whichever is longer) it lists each table's `data/` and
-//! `metadata/` (to find files no metadata ever referenced: leftovers of failed
-//! commits); the sweeps in between take as candidates the files referenced at the last
-//! sweep and not now, and look each of those up on disk once (its size and
-//! modification time). A file is removed only when all of these hold:
+//! manifest is read once). Every sweep takes as candidates the files referenced at the
+//! last sweep and not now, and looks each of those up on disk once (its size and
+//! modification time). Every `LISTING_EVERY` (or quarter of `--cleanup-grace`,
+//! whichever is longer) a listing of each table's `data/` and `metadata/` also runs, to
+//! find files no metadata ever referenced (leftovers of failed commits): in a task of
+//! its own, beside the passes, and the first sweep after it ends judges what it found.
+//! A file is removed only when all of these hold:
 //! - no table's current metadata references it (the pointer read from redb, so the
 //!   commit that dropped the reference is durable);
 //! - a sweep first found it unreferenced at least its grace period ago, so a reader that
@@ -37,7 +38,10 @@
 //!
 //! The removals run in a task of their own, beside the maintenance passes: a pass never
 //! waits for unlinks (on ext4 under the soak's load ≈ 0.35 ms each, and a sweep can
-//! find 100,000 files due at once), and the next sweep starts once they are done.
+//! find 100,000 files due at once), and the next sweep starts once they are done. So do
+//! the listings: an object store that lists slowly (s3s-fs: 5.7 s for 8,860 keys) held
+//! every pass's expiry and metadata cleanup for as long (`docs/performance.md`, "Ten
+//! minutes on S3").
 //!
 //! What it removes is therefore what snapshot expiry, manifest merging and the metadata
 //! log's trimming (`write.metadata.previous-versions-max`) dropped, and the leftovers of
@@ -55,7 +59,8 @@ use iceberg::table::Table;
 use super::file_map::{FileKey, FileMap};
 use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
 use crate::catalog::manifest_cache::ManifestCache;
-use crate::storage::file_store::FileStore;
+use crate::storage::StorageError;
+use crate::storage::file_store::{FileStore, StoredFile};
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).
@@ -173,22 +178,88 @@ struct Waiting {
     /// log): it belongs to a commit that landed, so no write in progress can need it and
     /// write pins do not hold it.
     committed: bool,
-    /// Found by the listing sweep under way (false between listings).
+    /// Found by the listing being judged (false between listings).
     listed: bool,
+}
+
+/// What the store says of one file: its size and modification time.
+#[derive(Debug, Clone, Copy)]
+struct Listed {
+    /// Its size in bytes.
+    bytes: u64,
+    /// Its modification time (`None`: the store does not say).
+    modified: Option<SystemTime>,
+}
+
+impl From<&StoredFile> for Listed {
+    fn from(file: &StoredFile) -> Self {
+        Self {
+            bytes: file.size_bytes,
+            modified: file.modified,
+        }
+    }
+}
+
+/// A listing of the swept locations' `data/` and `metadata/`, running in a task of its
+/// own beside the passes; the first sweep after it ends judges what it found
+/// ([`judge_listing`]).
+#[derive(Debug)]
+struct Listing {
+    /// The files found (each directory's path kept once, as in the sweeper's own map)
+    /// and how long the listing took.
+    task: tokio::task::JoinHandle<Result<(FileMap<Listed>, Duration), StorageError>>,
+    /// When it started: a file already waiting then and not found by it is gone.
+    started: Instant,
+    /// Files a sweep's removals removed while it ran: it may have found them before they
+    /// went, and they must not wait again.
+    removed: HashSet<PathBuf>,
+}
+
+impl Listing {
+    /// Starts listing every location of `locations` in `store`, one directory at a
+    /// time.
+    fn start(store: &FileStore, locations: &[SweptDirs]) -> Self {
+        let dirs: Vec<PathBuf> = locations
+            .iter()
+            .flat_map(|l| [l.data.clone(), l.metadata.clone()])
+            .collect();
+        let store = store.clone();
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let mut found = FileMap::default();
+            for dir in dirs {
+                for file in store.list(&dir).await? {
+                    found.insert(&file.path, Listed::from(&file));
+                }
+            }
+            Ok((found, started.elapsed()))
+        });
+        Self {
+            task,
+            started,
+            removed: HashSet::new(),
+        }
+    }
+
+    /// Waits for the listing's task and returns what it found and how long it took.
+    async fn finish(&mut self) -> Result<(FileMap<Listed>, Duration), GcError> {
+        match (&mut self.task).await {
+            Ok(found) => Ok(found?),
+            Err(e) => Err(GcError::Storage(StorageError::Io {
+                what: "run the listing task for",
+                path: PathBuf::new(),
+                source: std::io::Error::other(e.to_string()),
+            })),
+        }
+    }
 }
 
 impl Waiting {
     /// `file` (of `kind`) as a sweep first finds it waiting at `since`.
-    fn found(
-        file: &crate::storage::file_store::StoredFile,
-        kind: FileKind,
-        since: Instant,
-        committed: bool,
-        listed: bool,
-    ) -> Self {
+    fn found(file: Listed, kind: FileKind, since: Instant, committed: bool, listed: bool) -> Self {
         Self {
             since,
-            bytes: file.size_bytes,
+            bytes: file.bytes,
             modified: file.modified,
             kind,
             committed,
@@ -233,22 +304,25 @@ pub(crate) struct Sweeper {
     /// Every file referenced at the last sweep, and since by a table version a pass
     /// observed ([`Self::observe`]).
     referenced: HashSet<PathBuf>,
-    /// When the last sweep listed the tables' directories.
+    /// When the last listing judged started.
     listed_at: Option<Instant>,
+    /// The listing running beside the passes, while not yet judged.
+    listing: Option<Listing>,
     /// What the last sweep left waiting.
     waiting: WaitingFiles,
     /// The last sweep's removals, while not yet collected ([`Self::finish_removal`]).
     removal: Option<Removal>,
 }
 
-/// How often a sweep lists the tables' directories at most, to find files no metadata
+/// How often the tables' directories are listed at most, to find files no metadata
 /// ever referenced (the leftovers of failed and rolled back commits): every quarter of
-/// `--cleanup-grace`, and at least this long apart. The sweeps in between take their
-/// candidates from the references alone — the files referenced at the last sweep and
-/// not now — so their cost follows the table's live files and the files that just lost
-/// their reference, not every file still waiting out its grace period (a listing reads
-/// all of those: 3.3 s of a 12 s pass with 90,000 waiting, `docs/performance.md`,
-/// "Soak"). A leftover is therefore removed at most a quarter of the grace late.
+/// `--cleanup-grace`, and at least this long apart. Sweeps take their other candidates
+/// from the references alone — the files referenced at the last sweep and not now — so
+/// their cost follows the table's live files and the files that just lost their
+/// reference, not every file still waiting out its grace period (a listing reads all of
+/// those: 3.3 s of a 12 s pass with 90,000 waiting, `docs/performance.md`, "Soak"). A
+/// leftover is therefore removed at most a quarter of the grace, plus one listing,
+/// late.
 const LISTING_EVERY: Duration = Duration::from_secs(30);
 
 /// Files one removal request takes (S3's `DeleteObjects` takes at most 1,000 keys).
@@ -318,6 +392,11 @@ impl Sweeper {
             }
             return Err(e);
         }
+        if let Some(listing) = &mut self.listing {
+            listing
+                .removed
+                .extend(doomed.iter().map(|(path, ..)| path.clone()));
+        }
         Ok(doomed
             .into_iter()
             .map(|(path, waiting, early)| {
@@ -339,24 +418,29 @@ impl Sweeper {
     }
 
     /// One sweep over `tables` (every table of the catalog: their references protect
-    /// each other's files), listing and removing through `store` (the catalog's
-    /// warehouse: a local directory or an object store), keeping what `limits` say.
-    /// The files it finds due are removed in a task of their own, which the sweep does
-    /// not wait for: [`Self::finish_removal`] collects it. While the last sweep's
-    /// removals are not collected, a sweep does nothing (its candidates would include
-    /// the files being removed).
+    /// each other's files), listing, inspecting and removing through `store` (the
+    /// catalog's warehouse: a local directory or an object store), keeping what
+    /// `limits` say. When a listing is due ([`LISTING_EVERY`]) it starts one in a task
+    /// of its own; a sweep that finds it ended judges what it found, and with
+    /// `wait_for_listing` the sweep waits for it (a pass called on its own). The files
+    /// it finds due are removed in a task of their own, which the sweep does not wait
+    /// for: [`Self::finish_removal`] collects it. While the last sweep's removals are
+    /// not collected, a sweep does nothing (its candidates would include the files
+    /// being removed).
     ///
-    /// Needs a tokio runtime (the removal task is spawned on it).
+    /// Needs a tokio runtime (the listing and removal tasks are spawned on it).
     ///
     /// # Errors
     /// [`GcError::Table`] when a table's manifest list or manifest cannot be read (then
-    /// nothing is removed); [`GcError::Storage`] when listing failed.
+    /// nothing is removed); [`GcError::Storage`] when listing or inspecting failed (then
+    /// nothing is removed, and the next sweep lists again).
     pub(crate) async fn sweep(
         &mut self,
         store: &FileStore,
         tables: &[SweptTable],
         limits: Limits,
         oldest_pin: Option<SystemTime>,
+        wait_for_listing: bool,
     ) -> Result<(), GcError> {
         if self.removal.is_some() {
             return Ok(());
@@ -375,9 +459,22 @@ impl Sweeper {
         self.walker.forget_unused();
         let locations = SweptDirs::of(swept_locations(store, tables));
         let floors = metadata_floors(store, tables);
-        let list = self
-            .listed_at
-            .is_none_or(|at| at.elapsed() >= LISTING_EVERY.max(limits.grace / 4));
+        let listing_due = self.listing.is_none()
+            && self
+                .listed_at
+                .is_none_or(|at| at.elapsed() >= LISTING_EVERY.max(limits.grace / 4));
+        if listing_due {
+            self.listing = Some(Listing::start(store, &locations));
+        }
+        let listing_ended = self
+            .listing
+            .as_ref()
+            .is_some_and(|l| wait_for_listing || l.task.is_finished());
+        let mut listing = if listing_ended {
+            self.listing.take()
+        } else {
+            None
+        };
         let rules = Rules {
             locations: &locations,
             referenced: &referenced,
@@ -388,21 +485,36 @@ impl Sweeper {
         };
         let mut seen = std::mem::take(&mut self.unreferenced);
         let now = Instant::now();
-        // On a listing sweep every file of the swept locations is judged; between
-        // listings, the files that lost their reference since the last sweep join the
-        // waiting ones (the location rules are applied again when a file is removed).
-        let found = if list {
-            listed(store, &rules, &mut seen, now).await
-        } else {
-            let lost = self.referenced.difference(&referenced);
-            between_listings(store, &rules, &mut seen, lost, now).await
-        };
-        if let Err(e) = found {
+        // A listing that ended has every file of the locations it listed judged; then
+        // the files that lost their reference since the last sweep join the waiting ones
+        // (the location rules are applied again when a file is removed).
+        let mut listed_ms = None;
+        if let Some(listing) = &mut listing {
+            match listing.finish().await {
+                Ok((found, took)) => {
+                    judge_listing(
+                        &found,
+                        listing.started,
+                        &listing.removed,
+                        &rules,
+                        &mut seen,
+                        now,
+                    );
+                    self.listed_at = Some(listing.started);
+                    listed_ms = Some(took.as_millis() as u64);
+                }
+                Err(e) => {
+                    self.unreferenced = seen;
+                    // Listed again at the next sweep.
+                    self.listed_at = None;
+                    return Err(e);
+                }
+            }
+        }
+        let lost = self.referenced.difference(&referenced);
+        if let Err(e) = between_listings(store, &rules, &mut seen, lost, now).await {
             self.unreferenced = seen;
             return Err(e);
-        }
-        if list {
-            self.listed_at = Some(now);
         }
         let found_at = started.elapsed();
         let (doomed, waiting) = decide(&mut seen, &rules, SystemTime::now(), Instant::now());
@@ -413,7 +525,7 @@ impl Sweeper {
             find_ms = (found_at - (now - started)).as_millis() as u64,
             decide_ms = (started.elapsed() - found_at).as_millis() as u64,
             waiting = seen.len(),
-            listed = list,
+            listed_ms,
             removing = doomed.len(),
             "sweep timed"
         );
@@ -527,66 +639,44 @@ fn take_candidates(
     }
 }
 
-/// A listing sweep: every file under the `data/` and `metadata/` of the swept locations
-/// in `store` that may be a candidate ([`Rules::candidate`]) waits in `seen` (since when
-/// it first waited, or `now`); files no longer there or referenced leave it, and so do
-/// the directories no waiting file is in.
-///
-/// One listing (a location's `data/` or `metadata/`, each a recursive listing) at a
-/// time, marked in place: the soak's 300,000 waiting files were listed all at once and
-/// moved into a second map, ≈ 130 MiB held together for the sweep
-/// (`docs/performance.md`, "Soak").
-///
-/// # Errors
-/// The store's error listing (then the files listed so far have joined `seen`, and
-/// none has left it).
-async fn listed(
-    store: &FileStore,
+/// Judges what a listing (started at `started`) found: each candidate file found
+/// ([`Rules::candidate`]) waits in `seen` (since when it first waited, or `now`), but
+/// those its sweeps' removals removed while it ran (`removed`); the files that waited
+/// before it started and that it did not find are gone and leave `seen`, and so do the
+/// directories no waiting file is in. Files that started waiting after it started stay.
+fn judge_listing(
+    found: &FileMap<Listed>,
+    started: Instant,
+    removed: &HashSet<PathBuf>,
     rules: &Rules<'_>,
     seen: &mut FileMap<Waiting>,
     now: Instant,
-) -> Result<(), GcError> {
-    let marked = mark_listed(store, rules, seen, now).await;
+) {
+    for (key, file) in found.entries() {
+        let path = found.path(key);
+        if removed.contains(&path) {
+            continue;
+        }
+        let Some(kind) = rules.candidate(&path) else {
+            continue;
+        };
+        if let Some(waiting) = seen.get_mut(&path) {
+            waiting.committed = waiting.committed || rules.committed(&path, kind);
+            waiting.bytes = file.bytes;
+            waiting.modified = file.modified;
+            waiting.kind = kind;
+            waiting.listed = true;
+        } else {
+            let committed = rules.committed(&path, kind);
+            seen.insert(&path, Waiting::found(*file, kind, now, committed, true));
+        }
+    }
     seen.retain_values(|waiting| {
-        let keep = waiting.listed || marked.is_err();
+        let keep = waiting.listed || waiting.since >= started;
         waiting.listed = false;
         keep
     });
     seen.forget_empty_dirs();
-    marked
-}
-
-/// [`listed`]'s listings: each candidate file found joins `seen` or updates its entry
-/// there, marked `listed`.
-async fn mark_listed(
-    store: &FileStore,
-    rules: &Rules<'_>,
-    seen: &mut FileMap<Waiting>,
-    now: Instant,
-) -> Result<(), GcError> {
-    for location in rules.locations {
-        for dir in [&location.data, &location.metadata] {
-            for file in store.list(dir).await? {
-                let Some(kind) = rules.candidate(&file.path) else {
-                    continue;
-                };
-                if let Some(waiting) = seen.get_mut(&file.path) {
-                    waiting.committed = waiting.committed || rules.committed(&file.path, kind);
-                    waiting.bytes = file.size_bytes;
-                    waiting.modified = file.modified;
-                    waiting.kind = kind;
-                    waiting.listed = true;
-                } else {
-                    let committed = rules.committed(&file.path, kind);
-                    seen.insert(
-                        &file.path,
-                        Waiting::found(&file, kind, now, committed, true),
-                    );
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Between listings: the files that lost their reference since the last sweep (`lost`)
@@ -619,7 +709,10 @@ async fn between_listings(
         let Some(kind) = rules.candidate(&file.path) else {
             continue;
         };
-        seen.insert(&file.path, Waiting::found(&file, kind, now, true, false));
+        seen.insert(
+            &file.path,
+            Waiting::found(Listed::from(&file), kind, now, true, false),
+        );
     }
     Ok(())
 }
@@ -894,7 +987,7 @@ mod tests {
         );
     }
 
-    /// Catches: a listing sweep that keeps a file no longer on disk, restarts the grace
+    /// Catches: a judged listing that keeps a file no longer on disk, restarts the grace
     /// of a file already waiting, misses a new one, or leaves its marks set for the next
     /// listing (which would then keep files it did not find).
     #[tokio::test]
@@ -911,7 +1004,6 @@ mod tests {
         let gone = location.join("data/gone.parquet");
         let unswept = dir.path().join("dropped/data/gone.parquet");
         let first = Instant::now();
-        let now = first + Duration::from_secs(60);
         let mut seen = FileMap::default();
         seen.insert(&kept, waiting(first, SystemTime::now(), 1, true));
         seen.insert(&gone, waiting(first, SystemTime::now(), 1, true));
@@ -926,9 +1018,17 @@ mod tests {
             limits: limits(u64::MAX),
             oldest_pin: None,
         };
-        listed(&FileStore::Local, &rules, &mut seen, now)
-            .await
-            .unwrap();
+        let mut listing = Listing::start(&FileStore::Local, &locations);
+        let (found, _) = listing.finish().await.unwrap();
+        let now = Instant::now() + Duration::from_secs(60);
+        judge_listing(
+            &found,
+            listing.started,
+            &listing.removed,
+            &rules,
+            &mut seen,
+            now,
+        );
         let mut got: Vec<(PathBuf, Instant, u64, bool)> = seen
             .entries()
             .map(|(k, w)| (seen.path(k), w.since, w.bytes, w.listed))
@@ -941,5 +1041,51 @@ mod tests {
         );
         assert!(!seen.contains(&gone));
         assert!(!seen.contains(&unswept));
+    }
+
+    /// Catches: a listing judged after the passes went on beside it that puts back to
+    /// wait a file a sweep's removals removed meanwhile (it would be removed and
+    /// counted twice, and its bytes counted as waiting), or that drops a file which
+    /// started waiting after the listing began (so was never going to be found by it).
+    #[tokio::test]
+    async fn a_listing_judged_late_leaves_out_what_was_removed_and_keeps_what_began_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("t");
+        std::fs::create_dir_all(location.join("data")).unwrap();
+        std::fs::create_dir_all(location.join("metadata")).unwrap();
+        let removed = location.join("data/removed.parquet");
+        let leftover = location.join("data/leftover.parquet");
+        std::fs::write(&removed, b"1").unwrap();
+        std::fs::write(&leftover, b"1").unwrap();
+        let locations = SweptDirs::of(vec![(location.clone(), true)]);
+        let mut listing = Listing::start(&FileStore::Local, &locations);
+        let (found, _) = listing.finish().await.unwrap();
+        // While it ran: a sweep's removals removed `removed`, and `later` (written after
+        // the listing read its directory) lost its reference and began to wait.
+        std::fs::remove_file(&removed).unwrap();
+        listing.removed.insert(removed.clone());
+        let later = location.join("data/later.parquet");
+        let mut seen = FileMap::default();
+        seen.insert(&later, waiting(Instant::now(), SystemTime::now(), 1, true));
+        let (referenced, was_referenced, floors) = Default::default();
+        let rules = Rules {
+            locations: &locations,
+            referenced: &referenced,
+            was_referenced: &was_referenced,
+            metadata_floors: &floors,
+            limits: limits(u64::MAX),
+            oldest_pin: None,
+        };
+        judge_listing(
+            &found,
+            listing.started,
+            &listing.removed,
+            &rules,
+            &mut seen,
+            Instant::now(),
+        );
+        let mut got: Vec<PathBuf> = seen.entries().map(|(k, _)| seen.path(k)).collect();
+        got.sort();
+        assert_eq!(got, vec![later, leftover]);
     }
 }

@@ -343,7 +343,12 @@ impl Maintainer {
         if compact {
             self.forget_compacted(&idents).await;
         }
-        if let Err(e) = self.sweep(&idents, &mut state, &mut report).await {
+        // A pass called on its own waits for a listing it starts; the background
+        // passes leave it running and judge it once it ended.
+        if let Err(e) = self
+            .sweep(&idents, &mut state, &mut report, stop.is_none())
+            .await
+        {
             report.errors.push(e);
         }
         // A pass called on its own ends with its removals done (they are in the
@@ -750,12 +755,14 @@ impl Maintainer {
 
     /// Cleanup over every table, when a table changed since the last sweep or files wait
     /// for their grace period (at most every tenth of the shortest grace period), or
-    /// [`SWEEP_AT_LEAST_EVERY`] passed.
+    /// [`SWEEP_AT_LEAST_EVERY`] passed. Waits for the directory listing it starts when
+    /// `wait_for_listing` (else a later sweep judges it: `Sweeper::sweep`).
     async fn sweep(
         &self,
         idents: &[TableIdent],
         state: &mut State,
         report: &mut PassReport,
+        wait_for_listing: bool,
     ) -> Result<(), MaintenanceError> {
         let lease_failed = |e: iceberg::Error| MaintenanceError::Job {
             table: "*".to_string(),
@@ -835,6 +842,7 @@ impl Maintainer {
                 &tables,
                 limits,
                 oldest_pin,
+                wait_for_listing,
             )
             .await?;
         state.swept_at = locations;
