@@ -362,6 +362,11 @@ impl Sweeper {
         )
     }
 
+    /// Whether a directory listing is running, not yet judged.
+    pub(crate) fn listing(&self) -> bool {
+        self.listing.is_some()
+    }
+
     /// Whether the last sweep's removals are still running.
     pub(crate) fn removing(&self) -> bool {
         self.removal.as_ref().is_some_and(|r| !r.task.is_finished())
@@ -987,15 +992,43 @@ mod tests {
         );
     }
 
+    /// `<dir>/t` with its `data/` and `metadata/` made.
+    fn swept_location(dir: &Path) -> PathBuf {
+        let location = dir.join("t");
+        std::fs::create_dir_all(location.join("data")).unwrap();
+        std::fs::create_dir_all(location.join("metadata")).unwrap();
+        location
+    }
+
+    /// Empty reference sets, for [`Rules`] of tables that reference nothing.
+    #[derive(Default)]
+    struct NoReferences {
+        referenced: HashSet<PathBuf>,
+        was_referenced: HashSet<PathBuf>,
+        floors: HashMap<PathBuf, u64>,
+    }
+
+    impl NoReferences {
+        /// Rules over `locations` with no references, no cap and no write pin.
+        fn rules<'a>(&'a self, locations: &'a [SweptDirs]) -> Rules<'a> {
+            Rules {
+                locations,
+                referenced: &self.referenced,
+                was_referenced: &self.was_referenced,
+                metadata_floors: &self.floors,
+                limits: limits(u64::MAX),
+                oldest_pin: None,
+            }
+        }
+    }
+
     /// Catches: a judged listing that keeps a file no longer on disk, restarts the grace
     /// of a file already waiting, misses a new one, or leaves its marks set for the next
     /// listing (which would then keep files it did not find).
     #[tokio::test]
     async fn a_listing_keeps_what_is_there_with_its_first_time_and_drops_the_rest() {
         let dir = tempfile::tempdir().unwrap();
-        let location = dir.path().join("t");
-        std::fs::create_dir_all(location.join("data")).unwrap();
-        std::fs::create_dir_all(location.join("metadata")).unwrap();
+        let location = swept_location(dir.path());
         let kept = location.join("data/kept.parquet");
         let new = location.join("metadata/new.avro");
         std::fs::write(&kept, b"1234").unwrap();
@@ -1009,15 +1042,8 @@ mod tests {
         seen.insert(&gone, waiting(first, SystemTime::now(), 1, true));
         seen.insert(&unswept, waiting(first, SystemTime::now(), 1, true));
         let locations = SweptDirs::of(vec![(location.clone(), true)]);
-        let (referenced, was_referenced, floors) = Default::default();
-        let rules = Rules {
-            locations: &locations,
-            referenced: &referenced,
-            was_referenced: &was_referenced,
-            metadata_floors: &floors,
-            limits: limits(u64::MAX),
-            oldest_pin: None,
-        };
+        let no_refs = NoReferences::default();
+        let rules = no_refs.rules(&locations);
         let mut listing = Listing::start(&FileStore::Local, &locations);
         let (found, _) = listing.finish().await.unwrap();
         let now = Instant::now() + Duration::from_secs(60);
@@ -1050,9 +1076,7 @@ mod tests {
     #[tokio::test]
     async fn a_listing_judged_late_leaves_out_what_was_removed_and_keeps_what_began_waiting() {
         let dir = tempfile::tempdir().unwrap();
-        let location = dir.path().join("t");
-        std::fs::create_dir_all(location.join("data")).unwrap();
-        std::fs::create_dir_all(location.join("metadata")).unwrap();
+        let location = swept_location(dir.path());
         let removed = location.join("data/removed.parquet");
         let leftover = location.join("data/leftover.parquet");
         std::fs::write(&removed, b"1").unwrap();
@@ -1067,15 +1091,8 @@ mod tests {
         let later = location.join("data/later.parquet");
         let mut seen = FileMap::default();
         seen.insert(&later, waiting(Instant::now(), SystemTime::now(), 1, true));
-        let (referenced, was_referenced, floors) = Default::default();
-        let rules = Rules {
-            locations: &locations,
-            referenced: &referenced,
-            was_referenced: &was_referenced,
-            metadata_floors: &floors,
-            limits: limits(u64::MAX),
-            oldest_pin: None,
-        };
+        let no_refs = NoReferences::default();
+        let rules = no_refs.rules(&locations);
         judge_listing(
             &found,
             listing.started,

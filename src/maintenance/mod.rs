@@ -164,7 +164,8 @@ struct State {
     swept_at: HashMap<String, String>,
     /// When the last sweep ran.
     last_sweep: Option<Instant>,
-    /// Whether the last sweep left unreferenced files waiting for their grace period.
+    /// Whether the last sweep left unreferenced files waiting for their grace period, or
+    /// a directory listing running (so the sweep that judges it comes soon).
     waiting: bool,
     /// Files removed, not yet in the log.
     removed_log: tally::Tally,
@@ -810,9 +811,10 @@ impl Maintainer {
                 delete_metadata,
             });
         }
-        // After a change a sweep runs at most every tenth of the shortest grace period
-        // (removals are then at most that late), and at least every SWEEP_AT_LEAST_EVERY
-        // for leftovers that appear without a commit.
+        // After a change, or while files wait or a listing runs, a sweep runs at most
+        // every tenth of the shortest grace period (removals, and the judging of a
+        // listing that ended, are then at most that late), and at least every
+        // SWEEP_AT_LEAST_EVERY for leftovers that appear without a commit.
         let limits = Limits {
             grace: self.config.cleanup_grace,
             metadata_grace: self.config.metadata_cleanup_grace,
@@ -847,7 +849,7 @@ impl Maintainer {
             .await?;
         state.swept_at = locations;
         state.last_sweep = Some(Instant::now());
-        state.waiting = state.sweeper.kept() > 0;
+        state.waiting = state.sweeper.kept() > 0 || state.sweeper.listing();
         let waiting = state.sweeper.waiting();
         self.metrics
             .set_cleanup_waiting(waiting.files, waiting.bytes);
