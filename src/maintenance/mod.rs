@@ -757,7 +757,8 @@ impl Maintainer {
     /// Cleanup over every table, when a table changed since the last sweep or files wait
     /// for their grace period (at most every tenth of the shortest grace period), or
     /// [`SWEEP_AT_LEAST_EVERY`] passed. Waits for the directory listing it starts when
-    /// `wait_for_listing` (else a later sweep judges it: `Sweeper::sweep`).
+    /// `wait_for_listing` (a listing it starts or one running; else a later sweep judges
+    /// it: `Sweeper::sweep`).
     async fn sweep(
         &self,
         idents: &[TableIdent],
