@@ -245,13 +245,18 @@ impl Listing {
     async fn finish(&mut self) -> Result<(FileMap<Listed>, Duration), GcError> {
         match (&mut self.task).await {
             Ok(found) => Ok(found?),
-            Err(e) => Err(GcError::Storage(StorageError::Io {
-                what: "run the listing task for",
-                path: PathBuf::new(),
-                source: std::io::Error::other(e.to_string()),
-            })),
+            Err(e) => Err(task_failed("run the listing task for", e)),
         }
     }
+}
+
+/// The error of a cleanup task (`what` it was doing) that panicked or was cancelled.
+fn task_failed(what: &'static str, e: tokio::task::JoinError) -> GcError {
+    GcError::Storage(StorageError::Io {
+        what,
+        path: PathBuf::new(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 impl Waiting {
@@ -385,11 +390,7 @@ impl Sweeper {
         let failed = match task.await {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(GcError::from(e)),
-            Err(e) => Some(GcError::Storage(crate::storage::StorageError::Io {
-                what: "run the removal task for",
-                path: PathBuf::new(),
-                source: std::io::Error::other(e.to_string()),
-            })),
+            Err(e) => Some(task_failed("run the removal task for", e)),
         };
         if let Some(e) = failed {
             for (path, waiting, _) in doomed {
@@ -471,15 +472,9 @@ impl Sweeper {
         if listing_due {
             self.listing = Some(Listing::start(store, &locations));
         }
-        let listing_ended = self
+        let mut listing = self
             .listing
-            .as_ref()
-            .is_some_and(|l| wait_for_listing || l.task.is_finished());
-        let mut listing = if listing_ended {
-            self.listing.take()
-        } else {
-            None
-        };
+            .take_if(|l| wait_for_listing || l.task.is_finished());
         let rules = Rules {
             locations: &locations,
             referenced: &referenced,
