@@ -54,7 +54,8 @@
 //! - `object_storage`: the warehouse on S3 (moto behind a relay adding
 //!   `SKADE_S3_DELAY_MS`, 20, per request) vs local: ingest rows/s S3/local, the
 //!   overlapped vs serial committer on S3, one-stream commit p50 vs the relay's requests
-//!   per commit (`object_storage.rs` lists its knobs; needs `.venv` with `moto[server]`).
+//!   per commit, a compaction pass vs its requests' delay one after another
+//!   (`object_storage.rs` lists its knobs; needs `.venv` with `moto[server]`).
 //! - `shared`: the PostgreSQL catalog vs redb on a private cluster (`tests/pg/cluster.sh`,
 //!   started and stopped by the arm): one stream of tiny puts (`SKADE_SHARED_PUTS`, 200)
 //!   commits/s postgres/redb (target ≥ 0.7) and one large put (`SKADE_SHARED_ROWS`,

@@ -5,7 +5,9 @@
 //! Figures: ingest rows/s S3 / local (the overlapped committer on both); on S3 the
 //! overlapped committer vs the serial one (issue #17's claim: ≥ 1.3, not met on local
 //! disk); one-stream commit latency p50 on S3 beside the relay's requests per commit
-//! times its delay (the round-trip floor), and on local disk.
+//! times its delay (the round-trip floor), and on local disk; a compaction pass over the
+//! small files written above on S3 beside its relay requests times the delay, one after
+//! another (above 1 when compaction reads its inputs in turn).
 //!
 //! Needs Python with `moto[server]` (`SKADE_S3_PYTHON`, default `.venv/bin/python`, the
 //! test venv `tests/run.sh` makes) and `tests/interop/s3_relay.py`. Knobs:
@@ -15,8 +17,12 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use skade::catalog::{S3Options, Warehouse};
+use skade::config::MaintenanceConfig;
+use skade::maintenance::Maintainer;
+use skade::metrics::Metrics;
 
 use crate::common::*;
 
@@ -124,19 +130,23 @@ pub(crate) async fn object_storage(runs: usize) {
     let (_relay, relay) = start_relay(&python, &moto, delay_ms);
 
     let dir = tempfile::tempdir().expect("temp dir");
-    let local = RedbCatalog::open(&dir.path().join("local.redb"), &dir.path().join("wh"))
-        .expect("local catalog");
+    let local = Arc::new(
+        RedbCatalog::open(&dir.path().join("local.redb"), &dir.path().join("wh"))
+            .expect("local catalog"),
+    );
     let options = S3Options {
         endpoint: Some(format!("http://{relay}")),
         region: Some("us-east-1".into()),
         path_style_access: true,
         vend_credentials: false,
     };
-    let s3 = RedbCatalog::open_in(
-        &dir.path().join("s3.redb"),
-        Warehouse::parse("s3://bench/wh", options).expect("warehouse"),
-    )
-    .expect("s3 catalog");
+    let s3 = Arc::new(
+        RedbCatalog::open_in(
+            &dir.path().join("s3.redb"),
+            Warehouse::parse("s3://bench/wh", options).expect("warehouse"),
+        )
+        .expect("s3 catalog"),
+    );
     let props = WriteProps { channel_depth: 4 };
 
     // rates[(warehouse, lane)] = rows/s per run
@@ -186,6 +196,27 @@ pub(crate) async fn object_storage(runs: usize) {
         }
     }
 
+    // Compaction of the small files written above: the pass's wall time beside the
+    // relay's delay for its requests one after another (inputs read in turn: above 1).
+    let mut compaction: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+    let mut compaction_requests = 0.0;
+    for (place, catalog) in [("local", &local), ("s3", &s3)] {
+        // A pass without compaction first: expiry and manifest merging are then done,
+        // and the next pass's work is the compaction.
+        maintainer(catalog, false).run_pass().await.expect("pass");
+        let compactor = maintainer(catalog, true);
+        let before = relay_requests(&relay);
+        let started = Instant::now();
+        let report = compactor.run_pass().await.expect("compaction pass");
+        compaction.insert(
+            place,
+            (started.elapsed().as_secs_f64(), report.files_compacted),
+        );
+        if place == "s3" {
+            compaction_requests = relay_requests(&relay) - before;
+        }
+    }
+
     println!(
         "object_storage: moto behind a relay adding {delay_ms} ms per request; {files} files x {rows} rows, files_per_commit={fpc}, {runs} runs; {tiny} tiny commits"
     );
@@ -215,4 +246,27 @@ pub(crate) async fn object_storage(runs: usize) {
         "object_storage: one-stream commit p50 = {s3_p50:.1} ms on S3 ({requests_per_commit:.1} relay requests per commit x {delay_ms} ms = {:.0} ms of delay), local {local_p50:.1} ms",
         requests_per_commit * delay_ms as f64
     );
+    let ((s3_secs, inputs), (local_secs, _)) = (compaction["s3"], compaction["local"]);
+    let serial = compaction_requests * delay_ms as f64 / 1e3;
+    println!(
+        "object_storage: compaction pass on S3 ({inputs} small files) = {:.2} x its relay requests' delay one after another ({s3_secs:.2} s vs {compaction_requests:.0} requests x {delay_ms} ms = {serial:.2} s; local {local_secs:.2} s)",
+        s3_secs / serial
+    );
+}
+
+/// A maintainer of `catalog` at the server's defaults, compacting when `compaction`.
+fn maintainer(catalog: &Arc<RedbCatalog>, compaction: bool) -> Maintainer {
+    Maintainer::new(
+        catalog.clone(),
+        MaintenanceConfig {
+            enabled: true,
+            maintenance_interval: Duration::from_secs(1),
+            max_snapshots: 100,
+            cleanup_grace: Duration::from_secs(600),
+            metadata_cleanup_grace: Duration::from_secs(10),
+            cleanup_max_waiting: u64::MAX,
+            compaction,
+        },
+        Metrics::new(),
+    )
 }

@@ -22,11 +22,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::StreamExt;
 use iceberg::spec::{
     DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use super::project::project;
@@ -47,6 +49,11 @@ pub const MAX_INPUT_FILES: usize = 64;
 /// Most runs one job (one commit, one table, one pass) rewrites: with
 /// [`MAX_INPUT_FILES`], at most 512 input files per table per pass.
 pub const MAX_RUNS: usize = 8;
+/// Inputs of a run fetched ahead of the one being decoded. On object storage each
+/// input is a request round trip: read one after another, the soak's small files took
+/// ~100 ms each on s3s-fs and compaction fell behind the puts
+/// (`docs/soak/s3s-fs-10min-listing-beside`).
+pub const READ_AHEAD_FILES: usize = 8;
 /// A compacted file's row groups are cut at this many Arrow bytes of rows (or at the
 /// Parquet row-count limit, whichever comes first), and the reader of a run waits while
 /// the encoder holds more than twice this: the Arrow a run holds is bounded by about
@@ -215,9 +222,17 @@ async fn rewrite_run(
     let schema = table.metadata().current_schema().clone();
     let mut encoder =
         FileEncoder::new(schema.clone(), props)?.with_row_group_arrow_bytes(ROW_GROUP_ARROW_BYTES);
-    for file in run {
-        let path = file.file_path().to_string();
-        let bytes = table.file_io().new_input(&path)?.read().await?;
+    // Inputs are fetched up to READ_AHEAD_FILES ahead of the one being decoded, each in
+    // a task of its own (so it goes on while a decode runs; aborted if the run fails),
+    // and decoded in run order (the new file keeps the rows' write order).
+    let paths: Vec<String> = run.iter().map(|f| f.file_path().to_string()).collect();
+    let mut reads = futures::stream::iter(paths)
+        .map(|path| AbortOnDropHandle::new(tokio::spawn(read_input(table.file_io().clone(), path))))
+        .buffered(READ_AHEAD_FILES);
+    while let Some(read) = reads.next().await {
+        let (path, bytes) = read.map_err(|e| {
+            Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
+        })??;
         let (name, schema, target) = (name.clone(), schema.clone(), target.clone());
         encoder = tokio::task::spawn_blocking(move || {
             read_into(
@@ -242,14 +257,28 @@ async fn rewrite_run(
         .map_err(to_iceberg)
 }
 
+/// The bytes of input `path`, with it.
+///
+/// # Errors
+/// iceberg's error for an object that cannot be read, with the path as context.
+async fn read_input(file_io: iceberg::io::FileIO, path: String) -> Result<(String, bytes::Bytes)> {
+    match file_io.new_input(&path)?.read().await {
+        Ok(bytes) => Ok((path, bytes)),
+        Err(e) => Err(e.with_context("file", path)),
+    }
+}
+
 /// Bytes a compaction run holds against `--memory-budget`: its inputs' Parquet bytes
 /// (the output's encoded column chunks, which stay in memory until the file is written,
-/// are about as large), its largest input (the file being read, whole), and the Arrow
-/// its rows occupy between the reader and the encoder, at most three
-/// [`ROW_GROUP_ARROW_BYTES`] ([`read_into`] waits for the encoder).
+/// are about as large), its [`READ_AHEAD_FILES`] + 1 largest inputs (the file being
+/// decoded and those fetched ahead of it, each whole), and the Arrow its rows occupy
+/// between the reader and the encoder, at most three [`ROW_GROUP_ARROW_BYTES`]
+/// ([`read_into`] waits for the encoder).
 pub(crate) fn run_reservation(run: &[DataFile]) -> u64 {
-    let sizes = run.iter().map(DataFile::file_size_in_bytes);
-    sizes.clone().sum::<u64>() + sizes.max().unwrap_or(0) + 3 * ROW_GROUP_ARROW_BYTES
+    let mut sizes: Vec<u64> = run.iter().map(DataFile::file_size_in_bytes).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let held: u64 = sizes.iter().take(READ_AHEAD_FILES + 1).sum();
+    sizes.iter().sum::<u64>() + held + 3 * ROW_GROUP_ARROW_BYTES
 }
 
 /// `<data dir>/<first input's stem without an earlier -c suffix>-c<uuid v7>.parquet`:
