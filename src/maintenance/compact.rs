@@ -51,8 +51,8 @@ pub const MAX_INPUT_FILES: usize = 64;
 pub const MAX_RUNS: usize = 8;
 /// Inputs of a run fetched ahead of the one being decoded. On object storage each
 /// input is a request round trip: read one after another, the soak's small files took
-/// ~100 ms each on s3s-fs and compaction fell behind the puts
-/// (`docs/soak/s3s-fs-10min-listing-beside`).
+/// ≈ 103 ms each on s3s-fs and compaction fell behind the puts (`docs/performance.md`,
+/// "Ten minutes on S3 with compaction reading ahead").
 pub const READ_AHEAD_FILES: usize = 8;
 /// A compacted file's row groups are cut at this many Arrow bytes of rows (or at the
 /// Parquet row-count limit, whichever comes first), and the reader of a run waits while
