@@ -291,11 +291,9 @@ pub(crate) fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)
                 source,
             })?;
             let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).map_err(|source| StorageError::Io {
-                what: "inspect",
-                path: path.clone(),
-                source,
-            })?;
+            let Some(meta) = metadata_if_present(&path)? else {
+                continue;
+            };
             if meta.is_dir() {
                 stack.push(path);
             } else if meta.is_file() {
@@ -304,6 +302,25 @@ pub(crate) fn files_under(dir: &Path) -> Result<Vec<(PathBuf, std::fs::Metadata)
         }
     }
     Ok(out)
+}
+
+/// `path`'s own metadata (a symbolic link's, not its target's), or `None` when it is
+/// gone: a file removed between the directory read that named it and this look was
+/// never there for the listing (cleanup's removals run beside its listing; before,
+/// such a file failed the whole listing with "inspect …: No such file or directory").
+///
+/// # Errors
+/// [`StorageError::Io`] when the metadata cannot be read for another reason.
+fn metadata_if_present(path: &Path) -> Result<Option<std::fs::Metadata>, StorageError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => Ok(Some(meta)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(StorageError::Io {
+            what: "inspect",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
@@ -319,6 +336,24 @@ pub(crate) fn local_path(location: &str) -> PathBuf {
 mod tests {
     use super::*;
     use crate::catalog::S3Options;
+
+    /// Catches a listing that fails when a file it named is removed before it looks at
+    /// it (the 30-minute soak's cleanup failed 43 times so, its removals beside it).
+    #[test]
+    fn a_file_gone_before_it_is_inspected_is_left_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kept = dir.path().join("kept.parquet");
+        std::fs::write(&kept, b"x").expect("write");
+        let gone = dir.path().join("gone.parquet");
+        assert!(metadata_if_present(&kept).expect("kept").is_some());
+        assert!(metadata_if_present(&gone).expect("gone").is_none());
+        let listed: Vec<PathBuf> = files_under(dir.path())
+            .expect("list")
+            .into_iter()
+            .map(|(path, _)| path)
+            .collect();
+        assert_eq!(listed, vec![kept]);
+    }
 
     #[test]
     fn plain_paths_only() {
