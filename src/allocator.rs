@@ -40,8 +40,11 @@ pub(crate) fn tune() {
     }
 }
 
-/// What [`skade::memory`] runs once a stream's memory is free: mimalloc keeps freed
-/// pages for reuse (its purge waits for more allocator activity on the same thread).
+/// What [`skade::memory`] runs once a stream's memory is free (on every rayon worker and
+/// one blocking thread) and every `skade::memory::PURGE_EVERY` (on one blocking thread):
+/// mimalloc keeps freed pages for reuse (its purge waits for more allocator activity on
+/// the same thread), and its delayed arena purge can stop under load until a forced one
+/// runs (`skade::memory::PURGE_EVERY` says how).
 pub(crate) fn release_free_memory() {
     // SAFETY: `mi_collect` only walks the calling thread's heap and the shared arenas;
     // it is safe to call from any thread at any time.

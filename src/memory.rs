@@ -14,10 +14,12 @@
 //! An allocator keeps the pages it freed for reuse: after a stream ends, [`spawn`]'s
 //! task asks it (through the hook [`set_release_hook`] installs; the `skade` binary
 //! installs mimalloc's `mi_collect`) to return them once no rows have been held for
-//! [`RELEASE_AFTER`].
+//! [`RELEASE_AFTER`], and every [`PURGE_EVERY`], busy or not, it runs the hook on one
+//! thread, which returns what the allocator's own delayed purge should have returned
+//! (see [`PURGE_EVERY`] for why it does not always).
 
 use std::sync::{OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::flight::Service;
 
@@ -53,6 +55,24 @@ pub fn rss_bound(budget_bytes: u64, streams: u64, message_bytes: u64) -> u64 {
 /// after the last stream's last file is written.
 pub const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
+/// How often (1 s) the release hook runs on one thread whatever the load: with mimalloc,
+/// a forced purge of its arenas (`mi_collect(true)`; `arena.c`, `mi_arenas_try_purge`),
+/// which bounds the memory freed but still resident to about a second of frees.
+///
+/// mimalloc 3.3's delayed purge (`libmimalloc-sys` 0.1.49, `c_src/mimalloc/v3/src/arena.c`)
+/// can stop for good under load: a thread that frees pages sets the arena's purge
+/// deadline and then the process-wide one only if that was unset, while a thread whose
+/// purge found nothing due resets the process-wide deadline; when the reset lands after
+/// the other thread's deadline was set, the arena holds a deadline that the process-wide
+/// one no longer announces, later frees leave both as they are, and every unforced purge
+/// returns early from then on. Only a forced purge clears the arena's deadline and
+/// starts it again. In the 60-minute local soak of 2026-12-06 the resident set stepped
+/// at minute 20.5 and climbed from 235 to 908 MiB by minute 28.7 with the live heap flat
+/// at 90–180 MiB; one
+/// `mi_collect(true)` (through gdb) brought it back to 309 MiB within 30 s and the purge
+/// ran normally after it (`docs/performance.md`, "Soak").
+pub const PURGE_EVERY: Duration = Duration::from_secs(1);
+
 /// How often the release task looks at the budget.
 const RELEASE_TICK: Duration = Duration::from_millis(250);
 
@@ -60,8 +80,9 @@ static RELEASE_HOOK: OnceLock<fn()> = OnceLock::new();
 
 /// Installs the function that makes the process's allocator return the memory it freed
 /// (for mimalloc, `mi_collect(true)`); it runs on every rayon worker and one blocking
-/// thread, since allocators keep freed pages per thread. The first call wins; without
-/// one, nothing is released beyond what the allocator does by itself.
+/// thread once the budget is idle ([`release_free_memory`]), and on one blocking thread
+/// every [`PURGE_EVERY`] ([`purge_free_memory`]). The first call wins; without one,
+/// nothing is released beyond what the allocator does by itself.
 pub fn set_release_hook(hook: fn()) {
     let _ = RELEASE_HOOK.set(hook);
 }
@@ -75,12 +96,78 @@ pub fn release_free_memory() {
     }
 }
 
+/// Runs the release hook (if any) on this thread only: for mimalloc, this thread's own
+/// free pages and a forced purge of every arena, which holds the pages the other threads
+/// gave back. Blocking; no other thread waits for it.
+pub fn purge_free_memory() {
+    if let Some(hook) = RELEASE_HOOK.get().copied() {
+        hook();
+    }
+}
+
+/// What the release task does at one look at the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Nothing this time.
+    Wait,
+    /// [`purge_free_memory`]: [`PURGE_EVERY`] has passed since the last purge or release.
+    Purge,
+    /// [`release_free_memory`]: rows were held, and none have been for [`RELEASE_AFTER`].
+    Release,
+}
+
+/// The release task's state between two looks at the budget.
+#[derive(Debug)]
+struct ReleaseSchedule {
+    /// Whether rows were held since the last release.
+    used: bool,
+    /// Since when no rows are held (`None` while some are).
+    idle_since: Option<Instant>,
+    /// When the hook last ran, on any number of threads.
+    last_run: Instant,
+}
+
+impl ReleaseSchedule {
+    fn new(now: Instant) -> Self {
+        Self {
+            used: false,
+            idle_since: None,
+            last_run: now,
+        }
+    }
+
+    /// What to do at `now`, with `idle` telling whether the budget holds no rows.
+    fn next(&mut self, now: Instant, idle: bool) -> Release {
+        let release = match (idle, self.idle_since) {
+            (false, _) => {
+                (self.used, self.idle_since) = (true, None);
+                false
+            }
+            (true, None) => {
+                self.idle_since = Some(now);
+                false
+            }
+            (true, Some(since)) => self.used && now - since >= RELEASE_AFTER,
+        };
+        if release {
+            self.used = false;
+            self.last_run = now;
+            Release::Release
+        } else if now - self.last_run >= PURGE_EVERY {
+            self.last_run = now;
+            Release::Purge
+        } else {
+            Release::Wait
+        }
+    }
+}
+
 /// Spawns the task that releases freed memory once the budget has held nothing for
-/// [`RELEASE_AFTER`] after having held something; it ends with the service.
+/// [`RELEASE_AFTER`] after having held something, and purges it from one thread every
+/// [`PURGE_EVERY`]; it ends with the service.
 pub(crate) fn spawn(service: Weak<Service>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        // Whether rows were held since the last release, and since when none are.
-        let (mut used, mut idle_since) = (false, None);
+        let mut schedule = ReleaseSchedule::new(Instant::now());
         loop {
             let Some(svc) = service.upgrade() else { return };
             if svc.shutdown.is_cancelled() {
@@ -88,17 +175,78 @@ pub(crate) fn spawn(service: Weak<Service>) -> tokio::task::JoinHandle<()> {
             }
             let idle = svc.budget.available_bytes() == svc.budget.total_bytes();
             drop(svc);
-            let now = tokio::time::Instant::now();
-            match (idle, idle_since) {
-                (false, _) => (used, idle_since) = (true, None),
-                (true, None) => idle_since = Some(now),
-                (true, Some(since)) if used && now - since >= RELEASE_AFTER => {
-                    used = false;
+            match schedule.next(Instant::now(), idle) {
+                Release::Wait => {}
+                Release::Purge => {
+                    let _ = tokio::task::spawn_blocking(purge_free_memory).await;
+                }
+                Release::Release => {
                     let _ = tokio::task::spawn_blocking(release_free_memory).await;
                 }
-                (true, Some(_)) => {}
             }
             tokio::time::sleep(RELEASE_TICK).await;
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The looks of a task that ticks every [`RELEASE_TICK`] for `seconds`, with `idle`
+    /// telling at each offset from the start whether the budget holds no rows.
+    fn run(seconds: u64, idle: impl Fn(Duration) -> bool) -> Vec<(Duration, Release)> {
+        let start = Instant::now();
+        let mut schedule = ReleaseSchedule::new(start);
+        let ticks = Duration::from_secs(seconds).as_millis() / RELEASE_TICK.as_millis();
+        (1..=ticks as u32)
+            .map(|i| {
+                let at = RELEASE_TICK * i;
+                (at, schedule.next(start + at, idle(at)))
+            })
+            .filter(|(_, release)| *release != Release::Wait)
+            .collect()
+    }
+
+    /// Catches a busy server never returning freed memory: under rows held without a
+    /// pause, the allocator's purge still runs every [`PURGE_EVERY`] (before, only an
+    /// idle budget released anything, and mimalloc's own purge can stop for good).
+    #[test]
+    fn a_budget_never_idle_is_purged_every_second() {
+        let runs = run(10, |_| false);
+        assert_eq!(runs.len(), 10, "{runs:?}");
+        assert!(runs.iter().all(|(_, r)| *r == Release::Purge), "{runs:?}");
+        for pair in runs.windows(2) {
+            assert_eq!(pair[1].0 - pair[0].0, PURGE_EVERY, "{runs:?}");
+        }
+    }
+
+    /// Catches the full release (every thread) going missing or repeating once a stream
+    /// ends: it runs once, [`RELEASE_AFTER`] after the budget went idle, and the purge
+    /// goes on alone after it.
+    #[test]
+    fn an_idle_budget_is_released_once_then_purged() {
+        let busy_until = Duration::from_millis(2_500);
+        let runs = run(8, |at| at >= busy_until);
+        let releases: Vec<_> = runs
+            .iter()
+            .filter(|(_, r)| *r == Release::Release)
+            .collect();
+        assert_eq!(releases.len(), 1, "{runs:?}");
+        assert_eq!(releases[0].0, busy_until + RELEASE_AFTER, "{runs:?}");
+        let after: Vec<_> = runs.iter().filter(|(at, _)| *at > releases[0].0).collect();
+        assert!(
+            !after.is_empty() && after.iter().all(|(_, r)| *r == Release::Purge),
+            "{runs:?}"
+        );
+    }
+
+    /// Catches a release on a server that never held rows (nothing to give back from the
+    /// workers): an idle-from-the-start budget is only purged.
+    #[test]
+    fn a_budget_that_never_held_rows_is_only_purged() {
+        let runs = run(5, |_| true);
+        assert!(!runs.is_empty());
+        assert!(runs.iter().all(|(_, r)| *r == Release::Purge), "{runs:?}");
+    }
 }
