@@ -107,7 +107,7 @@ pub fn purge_free_memory() {
 
 /// What the release task does at one look at the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Release {
+enum Step {
     /// Nothing this time.
     Wait,
     /// [`purge_free_memory`]: [`PURGE_EVERY`] has passed since the last purge or release.
@@ -137,7 +137,7 @@ impl ReleaseSchedule {
     }
 
     /// What to do at `now`, with `idle` telling whether the budget holds no rows.
-    fn next(&mut self, now: Instant, idle: bool) -> Release {
+    fn next(&mut self, now: Instant, idle: bool) -> Step {
         let release = match (idle, self.idle_since) {
             (false, _) => {
                 (self.used, self.idle_since) = (true, None);
@@ -152,12 +152,12 @@ impl ReleaseSchedule {
         if release {
             self.used = false;
             self.last_run = now;
-            Release::Release
+            Step::Release
         } else if now - self.last_run >= PURGE_EVERY {
             self.last_run = now;
-            Release::Purge
+            Step::Purge
         } else {
-            Release::Wait
+            Step::Wait
         }
     }
 }
@@ -176,11 +176,11 @@ pub(crate) fn spawn(service: Weak<Service>) -> tokio::task::JoinHandle<()> {
             let idle = svc.budget.available_bytes() == svc.budget.total_bytes();
             drop(svc);
             match schedule.next(Instant::now(), idle) {
-                Release::Wait => {}
-                Release::Purge => {
+                Step::Wait => {}
+                Step::Purge => {
                     let _ = tokio::task::spawn_blocking(purge_free_memory).await;
                 }
-                Release::Release => {
+                Step::Release => {
                     let _ = tokio::task::spawn_blocking(release_free_memory).await;
                 }
             }
@@ -195,7 +195,7 @@ mod tests {
 
     /// The looks of a task that ticks every [`RELEASE_TICK`] for `seconds`, with `idle`
     /// telling at each offset from the start whether the budget holds no rows.
-    fn run(seconds: u64, idle: impl Fn(Duration) -> bool) -> Vec<(Duration, Release)> {
+    fn run(seconds: u64, idle: impl Fn(Duration) -> bool) -> Vec<(Duration, Step)> {
         let start = Instant::now();
         let mut schedule = ReleaseSchedule::new(start);
         let ticks = Duration::from_secs(seconds).as_millis() / RELEASE_TICK.as_millis();
@@ -204,7 +204,7 @@ mod tests {
                 let at = RELEASE_TICK * i;
                 (at, schedule.next(start + at, idle(at)))
             })
-            .filter(|(_, release)| *release != Release::Wait)
+            .filter(|(_, release)| *release != Step::Wait)
             .collect()
     }
 
@@ -215,7 +215,7 @@ mod tests {
     fn a_budget_never_idle_is_purged_every_second() {
         let runs = run(10, |_| false);
         assert_eq!(runs.len(), 10, "{runs:?}");
-        assert!(runs.iter().all(|(_, r)| *r == Release::Purge), "{runs:?}");
+        assert!(runs.iter().all(|(_, r)| *r == Step::Purge), "{runs:?}");
         for pair in runs.windows(2) {
             assert_eq!(pair[1].0 - pair[0].0, PURGE_EVERY, "{runs:?}");
         }
@@ -228,15 +228,12 @@ mod tests {
     fn an_idle_budget_is_released_once_then_purged() {
         let busy_until = Duration::from_millis(2_500);
         let runs = run(8, |at| at >= busy_until);
-        let releases: Vec<_> = runs
-            .iter()
-            .filter(|(_, r)| *r == Release::Release)
-            .collect();
+        let releases: Vec<_> = runs.iter().filter(|(_, r)| *r == Step::Release).collect();
         assert_eq!(releases.len(), 1, "{runs:?}");
         assert_eq!(releases[0].0, busy_until + RELEASE_AFTER, "{runs:?}");
         let after: Vec<_> = runs.iter().filter(|(at, _)| *at > releases[0].0).collect();
         assert!(
-            !after.is_empty() && after.iter().all(|(_, r)| *r == Release::Purge),
+            !after.is_empty() && after.iter().all(|(_, r)| *r == Step::Purge),
             "{runs:?}"
         );
     }
@@ -247,6 +244,6 @@ mod tests {
     fn a_budget_that_never_held_rows_is_only_purged() {
         let runs = run(5, |_| true);
         assert!(!runs.is_empty());
-        assert!(runs.iter().all(|(_, r)| *r == Release::Purge), "{runs:?}");
+        assert!(runs.iter().all(|(_, r)| *r == Step::Purge), "{runs:?}");
     }
 }
