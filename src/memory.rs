@@ -68,9 +68,8 @@ pub const RELEASE_AFTER: Duration = Duration::from_secs(1);
 /// returns early from then on. Only a forced purge clears the arena's deadline and
 /// starts it again. In the 60-minute local soak of 2026-12-06 the resident set stepped
 /// at minute 20.5 and climbed from 235 to 908 MiB by minute 28.7 with the live heap flat
-/// at 90–180 MiB; one
-/// `mi_collect(true)` (through gdb) brought it back to 309 MiB within 30 s and the purge
-/// ran normally after it (`docs/performance.md`, "Soak").
+/// at 90–180 MiB; one `mi_collect(true)` (through gdb) brought it back to 309 MiB within
+/// 30 s and the purge ran normally after it (`docs/performance.md`, "Soak").
 pub const PURGE_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the release task looks at the budget.
@@ -92,8 +91,8 @@ pub fn set_release_hook(hook: fn()) {
 pub fn release_free_memory() {
     if let Some(hook) = RELEASE_HOOK.get().copied() {
         rayon::broadcast(|_| hook());
-        hook();
     }
+    purge_free_memory();
 }
 
 /// Runs the release hook (if any) on this thread only: for mimalloc, this thread's own
