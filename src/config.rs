@@ -300,6 +300,13 @@ pub struct IngestConfig {
     #[arg(long, env = "SKADE_MEMORY_BUDGET", default_value = "2GiB", value_parser = parse_bytes)]
     pub memory_budget: u64,
 
+    /// How often the server makes its allocator return freed memory to the operating
+    /// system, busy or idle (e.g. `1s`; `0s` turns it off and leaves it to the allocator
+    /// and the release after each stream). mimalloc 3.3's own delayed purge can stop for
+    /// good under load; this forced purge restarts it (`skade::memory::PURGE_EVERY`).
+    #[arg(long, env = "SKADE_MEMORY_PURGE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub memory_purge_interval: Duration,
+
     /// Longest time a Flight SQL transaction may stay idle (no ingest, no end) before it
     /// is rolled back (e.g. `5m`).
     #[arg(long, env = "SKADE_TRANSACTION_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]

@@ -254,7 +254,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let service = open_service(&config, warehouse, tokens.clone()).await?;
     flight::txn::Transactions::spawn_reaper(Arc::downgrade(&service));
     flight::spawn_writer_expiry(Arc::downgrade(&service));
-    memory::spawn(Arc::downgrade(&service));
+    memory::spawn(
+        Arc::downgrade(&service),
+        config.ingest.memory_purge_interval,
+    );
     let maintenance = config.maintenance.enabled.then(|| {
         Arc::new(
             maintenance::Maintainer::new(

@@ -14,9 +14,9 @@
 //! An allocator keeps the pages it freed for reuse: after a stream ends, [`spawn`]'s
 //! task asks it (through the hook [`set_release_hook`] installs; the `skade` binary
 //! installs mimalloc's `mi_collect`) to return them once no rows have been held for
-//! [`RELEASE_AFTER`], and every [`PURGE_EVERY`], busy or not, it runs the hook on one
-//! thread, which returns what the allocator's own delayed purge should have returned
-//! (see [`PURGE_EVERY`] for why it does not always).
+//! [`RELEASE_AFTER`], and every `--memory-purge-interval` ([`PURGE_EVERY`] by default),
+//! busy or not, it runs the hook on one thread, which returns what the allocator's own
+//! delayed purge should have returned (see [`PURGE_EVERY`] for why it does not always).
 
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -55,7 +55,8 @@ pub fn rss_bound(budget_bytes: u64, streams: u64, message_bytes: u64) -> u64 {
 /// after the last stream's last file is written.
 pub const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
-/// How often (1 s) the release hook runs on one thread whatever the load: with mimalloc,
+/// How often (1 s) the release hook runs on one thread whatever the load, by default
+/// (`--memory-purge-interval`; `0s` turns it off): with mimalloc,
 /// a forced purge of its arenas (`mi_collect(true)`; `arena.c`, `mi_arenas_try_purge`),
 /// which bounds the memory freed but still resident to about a second of frees.
 ///
@@ -69,7 +70,9 @@ pub const RELEASE_AFTER: Duration = Duration::from_secs(1);
 /// starts it again. In the 60-minute local soak of 2026-12-06 the resident set stepped
 /// at minute 20.5 and climbed from 235 to 908 MiB by minute 28.7 with the live heap flat
 /// at 90–180 MiB; one `mi_collect(true)` (through gdb) brought it back to 309 MiB within
-/// 30 s and the purge ran normally after it (`docs/performance.md`, "Soak").
+/// 30 s and the purge ran normally after it (`docs/performance.md`, "Soak"). The
+/// `memory` bench arm prices it: the same mixed load with the purge every second and
+/// off, in one run.
 pub const PURGE_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the release task looks at the budget.
@@ -80,7 +83,7 @@ static RELEASE_HOOK: OnceLock<fn()> = OnceLock::new();
 /// Installs the function that makes the process's allocator return the memory it freed
 /// (for mimalloc, `mi_collect(true)`); it runs on every rayon worker and one blocking
 /// thread once the budget is idle ([`release_free_memory`]), and on one blocking thread
-/// every [`PURGE_EVERY`] ([`purge_free_memory`]). The first call wins; without one,
+/// every `--memory-purge-interval` ([`purge_free_memory`]). The first call wins; without one,
 /// nothing is released beyond what the allocator does by itself.
 pub fn set_release_hook(hook: fn()) {
     let _ = RELEASE_HOOK.set(hook);
@@ -109,7 +112,8 @@ pub fn purge_free_memory() {
 enum Step {
     /// Nothing this time.
     Wait,
-    /// [`purge_free_memory`]: [`PURGE_EVERY`] has passed since the last purge or release.
+    /// [`purge_free_memory`]: the purge interval has passed since the last purge or
+    /// release.
     Purge,
     /// [`release_free_memory`]: rows were held, and none have been for [`RELEASE_AFTER`].
     Release,
@@ -124,14 +128,18 @@ struct ReleaseSchedule {
     idle_since: Option<Instant>,
     /// When the hook last ran, on any number of threads.
     last_run: Instant,
+    /// How often to purge whatever the load; `None`: never.
+    purge_every: Option<Duration>,
 }
 
 impl ReleaseSchedule {
-    fn new(now: Instant) -> Self {
+    /// A schedule starting at `now` that purges every `purge_every` (zero: never).
+    fn new(now: Instant, purge_every: Duration) -> Self {
         Self {
             used: false,
             idle_since: None,
             last_run: now,
+            purge_every: (!purge_every.is_zero()).then_some(purge_every),
         }
     }
 
@@ -152,7 +160,10 @@ impl ReleaseSchedule {
             self.used = false;
             self.last_run = now;
             Step::Release
-        } else if now - self.last_run >= PURGE_EVERY {
+        } else if self
+            .purge_every
+            .is_some_and(|every| now - self.last_run >= every)
+        {
             self.last_run = now;
             Step::Purge
         } else {
@@ -163,10 +174,10 @@ impl ReleaseSchedule {
 
 /// Spawns the task that releases freed memory once the budget has held nothing for
 /// [`RELEASE_AFTER`] after having held something, and purges it from one thread every
-/// [`PURGE_EVERY`]; it ends with the service.
-pub(crate) fn spawn(service: Weak<Service>) -> tokio::task::JoinHandle<()> {
+/// `purge_every` (`--memory-purge-interval`; zero: never); it ends with the service.
+pub(crate) fn spawn(service: Weak<Service>, purge_every: Duration) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut schedule = ReleaseSchedule::new(Instant::now());
+        let mut schedule = ReleaseSchedule::new(Instant::now(), purge_every);
         loop {
             let Some(svc) = service.upgrade() else { return };
             if svc.shutdown.is_cancelled() {
@@ -195,8 +206,17 @@ mod tests {
     /// The looks of a task that ticks every [`RELEASE_TICK`] for `seconds`, with `idle`
     /// telling at each offset from the start whether the budget holds no rows.
     fn run(seconds: u64, idle: impl Fn(Duration) -> bool) -> Vec<(Duration, Step)> {
+        run_with(PURGE_EVERY, seconds, idle)
+    }
+
+    /// [`run`] with the purge every `purge_every` (zero: never).
+    fn run_with(
+        purge_every: Duration,
+        seconds: u64,
+        idle: impl Fn(Duration) -> bool,
+    ) -> Vec<(Duration, Step)> {
         let start = Instant::now();
-        let mut schedule = ReleaseSchedule::new(start);
+        let mut schedule = ReleaseSchedule::new(start, purge_every);
         let ticks = Duration::from_secs(seconds).as_millis() / RELEASE_TICK.as_millis();
         (1..=ticks as u32)
             .map(|i| {
@@ -244,5 +264,33 @@ mod tests {
         let runs = run(5, |_| true);
         assert!(!runs.is_empty());
         assert!(runs.iter().all(|(_, r)| *r == Step::Purge), "{runs:?}");
+    }
+
+    /// Catches `--memory-purge-interval 0s` still purging (the bench's baseline would
+    /// then measure the purge too) or losing the release after a stream: a busy budget
+    /// is never purged, and an idle one is released once, [`RELEASE_AFTER`] after.
+    #[test]
+    fn a_zero_interval_turns_the_purge_off_but_not_the_release() {
+        let busy_until = Duration::from_millis(2_500);
+        let runs = run_with(Duration::ZERO, 8, |at| at >= busy_until);
+        assert_eq!(runs, vec![(busy_until + RELEASE_AFTER, Step::Release)]);
+    }
+
+    /// Catches another interval being ignored: a busy budget with `3s` is purged every
+    /// 3 s.
+    #[test]
+    fn the_purge_follows_the_configured_interval() {
+        let every = Duration::from_secs(3);
+        let runs = run_with(every, 10, |_| false);
+        let at: Vec<Duration> = runs.iter().map(|(at, _)| *at).collect();
+        assert_eq!(at, vec![every, every * 2, every * 3], "{runs:?}");
+        assert!(runs.iter().all(|(_, r)| *r == Step::Purge), "{runs:?}");
+    }
+
+    /// Catches the flag's default drifting from the documented [`PURGE_EVERY`].
+    #[test]
+    fn the_flag_defaults_to_purge_every() {
+        let config = crate::Config::for_tests("unused");
+        assert_eq!(config.ingest.memory_purge_interval, PURGE_EVERY);
     }
 }

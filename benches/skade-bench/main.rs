@@ -3,7 +3,7 @@
 //!
 //! Every figure is taken in one run against a baseline measured in the same run. Each arm
 //! prints a markdown table — medians over `SKADE_BENCH_RUNS` (default 3) runs with min–max
-//! where the arm repeats (`memory` runs once; `commit`'s redb floor, 8-table release and
+//! where the arm repeats (`memory` and `memory_purge` run once; `commit`'s redb floor, 8-table release and
 //! table-age figures are measured once per invocation) — then `<arm>: …` lines, one per
 //! headline figure. Not a test: nothing here asserts a speed. Knobs are whole numbers
 //! (a value that does not parse stops the bench); an unknown arm exits with status 2. The
@@ -39,6 +39,11 @@
 //!   at budgets 256 MiB, 512 MiB and 2 GiB, into an unpartitioned and a `bucket(32, id)`
 //!   table: peak_rss/budget, the README's bound (`skade::memory::rss_bound`), and the
 //!   RSS 1 s and 5 s after the put.
+//! - `memory_purge`: the price of the server's forced allocator purge every second
+//!   (`--memory-purge-interval`): the soak's mix (one large stream, 8 tiny-put streams)
+//!   on a `skade serve` child with the purge on and off, alternating, `SKADE_PURGE_ROUNDS`
+//!   (2) rounds of `SKADE_PURGE_SECS` (45) s: large rows/s, tiny put p50/p99, mean and
+//!   peak RSS and server CPU per GiB, as on/off ratios.
 //! - `peers`: skade vs pyiceberg 0.12 (`benches/peers/pyiceberg_peer.py`, `SqlCatalog` on
 //!   sqlite, venv `benches/peers/.venv` or `SKADE_PEERS_PYTHON`) and iceberg-rust's own
 //!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches
@@ -92,6 +97,7 @@ use common::env_usize;
 /// Every arm, in the order `all` (or no argument) runs them.
 const ARMS: &[&str] = &[
     "memory",
+    "memory_purge",
     "ingest",
     "ingest_partitioned",
     "multi",
@@ -141,6 +147,7 @@ fn main() {
             match arm.as_str() {
                 "committer_overlap" => overlap::committer_overlap(runs).await,
                 "memory" => memory::memory().await,
+                "memory_purge" => memory::memory_purge().await,
                 "ingest" => ingest::ingest(runs).await,
                 "ingest_partitioned" => ingest::ingest_partitioned(runs).await,
                 "commit" => commit::commit(runs).await,

@@ -40,14 +40,14 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A `skade serve` child on `dir` with `--memory-budget <budget_mib>MiB`.
+/// A `skade serve` child on `dir`, at its defaults but for `args`.
 struct ServerProcess {
     child: Child,
     flight: SocketAddr,
 }
 
 impl ServerProcess {
-    async fn start(dir: &std::path::Path, budget_mib: usize) -> ServerProcess {
+    async fn start(dir: &std::path::Path, args: &[String]) -> ServerProcess {
         let flight = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let metrics = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let log = std::fs::File::create(dir.join("skade.log")).expect("log file");
@@ -59,8 +59,7 @@ impl ServerProcess {
             .arg(flight.to_string())
             .arg("--metrics-addr")
             .arg(metrics.to_string())
-            .arg("--memory-budget")
-            .arg(format!("{budget_mib}MiB"))
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -79,6 +78,28 @@ impl ServerProcess {
 
     fn status(&self, key: &str) -> u64 {
         proc_status_bytes(self.child.id(), key)
+    }
+
+    /// CPU time the server process has used so far (user + system, all threads), in
+    /// seconds (`/proc/<pid>/stat` fields 14 and 15, in clock ticks); 0 when unreadable.
+    fn cpu_seconds(&self) -> f64 {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())) else {
+            return 0.0;
+        };
+        // The fields after the command name, which is in parentheses and may hold spaces:
+        // field 3 (state) is the first, so utime (14) and stime (15) are the 12th and 13th.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // SAFETY: sysconf reads one constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        (ticks(11) + ticks(12)) as f64 / hz
     }
 
     /// SIGTERM, then waits for the exit.
@@ -140,7 +161,11 @@ async fn run_case(budget_mib: usize, partitions: u32, gib: usize) -> Case {
     if partitions > 1 {
         create_bucketed_table(dir.path(), partitions).await;
     }
-    let server = ServerProcess::start(dir.path(), budget_mib).await;
+    let server = ServerProcess::start(
+        dir.path(),
+        &["--memory-budget".into(), format!("{budget_mib}MiB")],
+    )
+    .await;
     let mut client = connect(server.flight).await;
     let rows_per_batch = 65_536;
     let batch_bytes = arrow_bytes(&[batch(0, rows_per_batch)]);
@@ -240,5 +265,184 @@ pub(crate) async fn memory() {
     println!(
         "memory: peak RSS <= budget + overhead (README) in every case: {}",
         if all_within { "met" } else { "NOT met" }
+    );
+}
+
+/// One case of [`memory_purge`]: what the server did under the mixed load.
+struct PurgeCase {
+    purge: bool,
+    /// Rows per second of the large stream, from its first batch to its last ack.
+    large_rows_per_s: f64,
+    /// Seconds of every tiny put but each stream's first (which creates its table).
+    tiny: Vec<f64>,
+    /// `VmRSS` every 500 ms during the load, bytes.
+    rss: Vec<u64>,
+    /// `VmHWM` at the end, bytes.
+    peak: u64,
+    /// Server CPU seconds during the load.
+    cpu: f64,
+    /// Arrow bytes the large stream sent.
+    large_bytes: u64,
+}
+
+/// Tiny-put streams beside the large one, as in the soak (`benches/soak/`).
+const TINY_STREAMS: usize = 8;
+
+/// One server at its defaults but `--memory-purge-interval` (`1s` or `0s`) under the
+/// soak's mix for `secs`: one streaming put of 65,536-row batches as fast as the server
+/// takes them, and [`TINY_STREAMS`] streams of 10-row puts, each on its own connection
+/// into its own table, as fast as acks come.
+async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let interval = if purge { "1s" } else { "0s" };
+    let server = Arc::new(
+        ServerProcess::start(
+            dir.path(),
+            &["--memory-purge-interval".into(), interval.into()],
+        )
+        .await,
+    );
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let cpu_before = server.cpu_seconds();
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (server, done) = (server.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut rss = Vec::new();
+            while !done.load(Ordering::Relaxed) {
+                rss.push(server.status("VmRSS"));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            rss
+        })
+    };
+    let tiny: Vec<_> = (0..TINY_STREAMS)
+        .map(|k| {
+            let flight = server.flight;
+            tokio::spawn(async move {
+                let mut client = connect(flight).await;
+                let table = format!("tiny_{k}");
+                let mut times = Vec::new();
+                let mut i = 0;
+                while Instant::now() < deadline {
+                    let started = Instant::now();
+                    put(&mut client, &table, schema(), vec![batch(i * 10, 10)]).await;
+                    if i > 0 {
+                        times.push(started.elapsed().as_secs_f64());
+                    }
+                    i += 1;
+                }
+                times
+            })
+        })
+        .collect();
+    let rows_per_batch = 65_536;
+    let batch_bytes = arrow_bytes(&[batch(0, rows_per_batch)]) as u64;
+    let sent = Arc::new(AtomicU64::new(0));
+    let large_started = Instant::now();
+    let stream = {
+        let sent = sent.clone();
+        futures::stream::iter(0..)
+            .take_while(move |_| futures::future::ready(Instant::now() < deadline))
+            .map(move |i: usize| {
+                sent.fetch_add(1, Ordering::Relaxed);
+                Ok(batch((i * rows_per_batch) as i64, rows_per_batch))
+            })
+    };
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(schema())
+        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
+            "bench".into(),
+            "large".into(),
+        ])))
+        .build(stream);
+    let mut client = connect(server.flight).await;
+    let acks: Vec<_> = client
+        .do_put(data)
+        .await
+        .expect("put")
+        .try_collect()
+        .await
+        .expect("acks");
+    assert!(!acks.is_empty(), "the large put was not acked");
+    let large_secs = large_started.elapsed().as_secs_f64();
+    let mut times = Vec::new();
+    for task in tiny {
+        times.extend(task.await.expect("tiny stream"));
+    }
+    let cpu = server.cpu_seconds() - cpu_before;
+    done.store(true, Ordering::Relaxed);
+    let rss = sampler.await.expect("sampler");
+    let peak = server.status("VmHWM");
+    drop(client);
+    let batches = sent.load(Ordering::Relaxed);
+    let Ok(server) = Arc::try_unwrap(server) else {
+        panic!("the sampler still holds the server")
+    };
+    server.stop();
+    PurgeCase {
+        purge,
+        large_rows_per_s: (batches * rows_per_batch as u64) as f64 / large_secs,
+        tiny: times,
+        rss,
+        peak,
+        cpu,
+        large_bytes: batches * batch_bytes,
+    }
+}
+
+/// `memory_purge`: what the forced purge every second (`--memory-purge-interval`,
+/// `skade::memory::PURGE_EVERY`) costs, against the same server with it off, in one
+/// run: [`run_purge_case`] for `SKADE_PURGE_SECS` (45) seconds, off then on,
+/// `SKADE_PURGE_ROUNDS` (2) times. Printed per case and as on/off ratios of the medians:
+/// the large stream's rows/s, tiny put p50/p99, mean and peak RSS, and the server's CPU
+/// seconds per GiB the large stream sent. The stuck purge the forced one guards against
+/// shows only after tens of minutes (the soak), not here: this prices the guard.
+pub(crate) async fn memory_purge() {
+    let secs = env_usize("SKADE_PURGE_SECS", 45).max(5) as u64;
+    let rounds = env_usize("SKADE_PURGE_ROUNDS", 2).max(1);
+    let mut cases = Vec::new();
+    for _ in 0..rounds {
+        for purge in [false, true] {
+            cases.push(run_purge_case(purge, secs).await);
+        }
+    }
+    let mib = |b: f64| b / (1u64 << 20) as f64;
+    let mean = |xs: &[u64]| xs.iter().sum::<u64>() as f64 / xs.len().max(1) as f64;
+    let cpu_per_gib = |c: &PurgeCase| c.cpu / (c.large_bytes as f64 / (1u64 << 30) as f64);
+    println!(
+        "memory_purge: one server per case at its defaults but --memory-purge-interval, {secs} s of 1 large stream + {TINY_STREAMS} tiny-put streams, {rounds} rounds"
+    );
+    println!(
+        "| purge | large M rows/s | tiny puts | tiny p50 ms | tiny p99 ms | RSS mean MiB | peak RSS MiB | server CPU s/GiB |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for c in &cases {
+        println!(
+            "| {} | {:.2} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.1} |",
+            if c.purge { "every 1 s" } else { "off" },
+            c.large_rows_per_s / 1e6,
+            c.tiny.len(),
+            percentile(&c.tiny, 0.5) * 1e3,
+            percentile(&c.tiny, 0.99) * 1e3,
+            mib(mean(&c.rss)),
+            mib(c.peak as f64),
+            cpu_per_gib(c),
+        );
+    }
+    let median_of = |purge: bool, f: &dyn Fn(&PurgeCase) -> f64| {
+        let xs: Vec<f64> = cases.iter().filter(|c| c.purge == purge).map(f).collect();
+        percentile(&xs, 0.5)
+    };
+    let ratio = |f: &dyn Fn(&PurgeCase) -> f64| median_of(true, f) / median_of(false, f);
+    println!(
+        "memory_purge: purge every 1 s / off: large rows/s = {:.2}, tiny put p50 = {:.2}, tiny put p99 = {:.2}, mean RSS = {:.2}, peak RSS = {:.2}, server CPU per GiB = {:.2}",
+        ratio(&|c| c.large_rows_per_s),
+        ratio(&|c| percentile(&c.tiny, 0.5)),
+        ratio(&|c| percentile(&c.tiny, 0.99)),
+        ratio(&|c| mean(&c.rss)),
+        ratio(&|c| c.peak as f64),
+        ratio(&cpu_per_gib),
     );
 }
