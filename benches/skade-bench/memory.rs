@@ -395,13 +395,14 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
 /// `memory_purge`: what the forced purge every second (`--memory-purge-interval`,
 /// `skade::memory::PURGE_EVERY`) costs, against the same server with it off, in one
 /// run: [`run_purge_case`] for `SKADE_PURGE_SECS` (45) seconds, off then on,
-/// `SKADE_PURGE_ROUNDS` (2) times. Printed per case and as on/off ratios of the medians:
+/// `SKADE_PURGE_ROUNDS` (3) times. Printed per case, and each round's on/off ratio as
+/// the median over rounds (min–max):
 /// the large stream's rows/s, tiny put p50/p99, mean and peak RSS, and the server's CPU
 /// seconds per GiB the large stream sent. The stuck purge the forced one guards against
 /// shows only after tens of minutes (the soak), not here: this prices the guard.
 pub(crate) async fn memory_purge() {
     let secs = env_usize("SKADE_PURGE_SECS", 45).max(5) as u64;
-    let rounds = env_usize("SKADE_PURGE_ROUNDS", 2).max(1);
+    let rounds = env_usize("SKADE_PURGE_ROUNDS", 3).max(1);
     let mut cases = Vec::new();
     for _ in 0..rounds {
         for purge in [false, true] {
@@ -431,13 +432,15 @@ pub(crate) async fn memory_purge() {
             cpu_per_gib(c),
         );
     }
-    let median_of = |purge: bool, f: &dyn Fn(&PurgeCase) -> f64| {
-        let xs: Vec<f64> = cases.iter().filter(|c| c.purge == purge).map(f).collect();
-        percentile(&xs, 0.5)
+    // Each round's on/off ratio (the two cases ran back to back), then the median over
+    // rounds with min–max: the machine drifts between rounds more than within one.
+    let ratio = |f: &dyn Fn(&PurgeCase) -> f64| {
+        let per_round: Vec<f64> = cases.chunks(2).map(|p| f(&p[1]) / f(&p[0])).collect();
+        let (median, min, max) = summary(&per_round);
+        format!("{median:.2} ({min:.2}–{max:.2})")
     };
-    let ratio = |f: &dyn Fn(&PurgeCase) -> f64| median_of(true, f) / median_of(false, f);
     println!(
-        "memory_purge: purge every 1 s / off: large rows/s = {:.2}, tiny put p50 = {:.2}, tiny put p99 = {:.2}, mean RSS = {:.2}, peak RSS = {:.2}, server CPU per GiB = {:.2}",
+        "memory_purge: purge every 1 s / off, median of {rounds} rounds (min–max): large rows/s = {}, tiny put p50 = {}, tiny put p99 = {}, mean RSS = {}, peak RSS = {}, server CPU per GiB = {}",
         ratio(&|c| c.large_rows_per_s),
         ratio(&|c| percentile(&c.tiny, 0.5)),
         ratio(&|c| percentile(&c.tiny, 0.99)),
