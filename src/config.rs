@@ -302,8 +302,9 @@ pub struct IngestConfig {
 
     /// How often the server makes its allocator return freed memory to the operating
     /// system, busy or idle (e.g. `1s`; `0s` turns it off and leaves it to the allocator
-    /// and the release after each stream). mimalloc 3.3's own delayed purge can stop for
-    /// good under load; this forced purge restarts it (`skade::memory::PURGE_EVERY`).
+    /// and the release after each stream; checked every 250 ms, so shorter acts as
+    /// 250 ms). mimalloc 3.3's own delayed purge can stop for good under load; this
+    /// forced purge restarts it (`skade::memory::PURGE_EVERY`).
     #[arg(long, env = "SKADE_MEMORY_PURGE_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub memory_purge_interval: Duration,
 
