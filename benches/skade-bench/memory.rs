@@ -11,6 +11,10 @@
 //! Printed per case: the peak, peak/budget, the peak against the bound the README states
 //! (`skade::memory::rss_bound`), and the resident set 1 s and 5 s after the put's last
 //! ack (memory returned to the operating system).
+//!
+//! `memory_purge` (the second arm here): the same child server under the soak's put mix
+//! with the forced allocator purge every second and off (`--memory-purge-interval`),
+//! back to back, to price the purge.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
