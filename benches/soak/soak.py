@@ -138,6 +138,23 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[k]
 
 
+def cpu_ticks(pid: int) -> int:
+    """CPU time process `pid` has used (user + system, all threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The fields after the command name (in parentheses, may hold spaces): state is
+        # the first, utime (field 14) and stime (15) the 12th and 13th.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def machine_ticks() -> tuple[int, int, int]:
+    """The machine's CPU time since boot, in clock ticks: (all, idle + iowait, steal)."""
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice, inside user]
+    return sum(cpu[:8]), cpu[3] + cpu[4], cpu[7]
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -570,6 +587,9 @@ COLUMNS = [
     ("rows_total", "rows committed, total"),
     ("disk_bytes_per_row", "bytes on disk per live row"),
     ("walk_cpu_s", "CPU of the harness's latest walk of the warehouse (at nice 19), s"),
+    ("server_cpu_cores", "server CPU over the sample (user + system), cores"),
+    ("other_cpu_cores", "the machine's other CPU over the sample (the harness, readers, kernel), cores"),
+    ("steal_pct", "CPU steal over the sample (time the hypervisor ran others), % of all CPU time"),
     ("disk_age_s", "how long before the sample that walk ended (the disk and metadata JSON columns are its), s"),
 ]
 
@@ -591,6 +611,7 @@ FIGURES = [
     ("live_data_files", "Live data files (all tables)", ["live_data_files"]),
     ("maintenance_pass", "Maintenance pass time (s)", ["pass_mean_s"]),
     ("disk_per_row", "Bytes on disk per live row", ["disk_bytes_per_row"]),
+    ("cpu", "CPU used (cores)", ["server_cpu_cores", "other_cpu_cores"]),
 ]
 
 
@@ -601,6 +622,7 @@ class Sampler:
         self.disk: tuple[float, dict] | None = None
         self.prev = None
         self.prev_t = None
+        self.hz = os.sysconf("SC_CLK_TCK")
         self.all_fresh_tiny: list[float] = []
         self.all_fresh_large: list[float] = []
         self.errors: list[str] = []
@@ -639,6 +661,13 @@ class Sampler:
             return (now - prev[key]) / dt if dt and key in prev else None
 
         passes = pass_count - prev.get("pass_count", 0.0)
+        server_ticks = cpu_ticks(self.pid)
+        all_ticks, idle_ticks, steal_ticks = machine_ticks()
+        busy_ticks = all_ticks - idle_ticks - steal_ticks
+        server_cores = rate(server_ticks, "server_ticks") / self.hz if dt and "server_ticks" in prev else None
+        busy_cores = rate(busy_ticks, "busy_ticks") / self.hz if dt and "busy_ticks" in prev else None
+        all_delta = all_ticks - prev.get("all_ticks", all_ticks)
+        steal_pct = 100 * (steal_ticks - prev["steal_ticks"]) / all_delta if all_delta and "steal_ticks" in prev else None
         mib = 1 / (1 << 20)
         ms = lambda v: None if v is None else v * 1000  # noqa: E731
         row = {
@@ -675,8 +704,13 @@ class Sampler:
             "disk_bytes_per_row": total / rows if rows and disk else None,
             "walk_cpu_s": disk["cpu_s"] if disk else None,
             "disk_age_s": None if walked_at is None else max(0.0, time.time() - walked_at),
+            "server_cpu_cores": server_cores,
+            "other_cpu_cores": None if busy_cores is None else max(0.0, busy_cores - server_cores),
+            "steal_pct": steal_pct,
         }
-        self.prev = {"rows": rows, "commits": commits, "pass_sum": pass_sum, "pass_count": pass_count}
+        self.prev = {"rows": rows, "commits": commits, "pass_sum": pass_sum, "pass_count": pass_count,
+                     "server_ticks": server_ticks, "busy_ticks": busy_ticks, "all_ticks": all_ticks,
+                     "steal_ticks": steal_ticks}
         self.prev_t = t
         return row
 
@@ -748,6 +782,9 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, out) 
     ratio_line("scan_p50_ms", "reader load-table + scan p50, tiny (ms)", target=False)
     ratio_line("scan_large_p50_ms", "reader load-table + scan p50, large (ms)", target=False)
     ratio_line("walk_cpu_s", "harness CPU per walk of the warehouse (s)", target=False)
+    ratio_line("server_cpu_cores", "server CPU (cores)", target=False)
+    ratio_line("other_cpu_cores", "the machine's other CPU: harness, readers, kernel (cores)", target=False)
+    ratio_line("steal_pct", "CPU steal (%)", target=False)
 
     settled = 30.0  # the first seconds (tables being created) are left out
     tiny = [x for t, x in sampler.all_fresh_tiny if t > settled]
@@ -984,7 +1021,7 @@ def main() -> int:
         if sampler.errors:
             problems.append(f"{len(sampler.errors)} client errors")
         for key in ["rows_per_s", "put_p50_ms", "txn_p50_ms", "fresh_tiny_p99_s", "fresh_large_p99_s", "rss_mib",
-                    "disk_total_mib"]:
+                    "disk_total_mib", "server_cpu_cores"]:
             if not any(r[key] for r in rows[1:]):
                 problems.append(f"no {key} in any sample")
         if len(plots) != len(FIGURES):
