@@ -400,9 +400,9 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
 /// `skade::memory::PURGE_EVERY`) costs, against the same server with it off, in one
 /// run: [`run_purge_case`] for `SKADE_PURGE_SECS` (45) seconds, off then on,
 /// `SKADE_PURGE_ROUNDS` (3) times. Printed per case, and each round's on/off ratio as
-/// the median over rounds (min–max):
-/// the large stream's rows/s, tiny put p50/p99, mean and peak RSS, and the server's CPU
-/// seconds per GiB the large stream sent. The stuck purge the forced one guards against
+/// the median over rounds (min–max; the upper middle one for an even count): the large
+/// stream's rows/s, tiny put p50/p99, mean and peak RSS, and the server's CPU seconds
+/// per GiB the large stream sent. The stuck purge the forced one guards against
 /// shows only after tens of minutes (the soak), not here: this prices the guard.
 pub(crate) async fn memory_purge() {
     let secs = env_usize("SKADE_PURGE_SECS", 45).max(5) as u64;
