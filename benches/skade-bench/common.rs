@@ -152,13 +152,32 @@ pub(crate) async fn put(
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
 ) -> Vec<arrow_flight::PutResult> {
+    put_stream(
+        client,
+        table,
+        schema,
+        futures::stream::iter(batches.into_iter().map(Ok)),
+    )
+    .await
+}
+
+/// [`put`] of the batches `batches` yields as the server takes them: one DoPut to
+/// `bench.<table>`, returning the acks once the put is committed.
+pub(crate) async fn put_stream(
+    client: &mut FlightClient,
+    table: &str,
+    schema: SchemaRef,
+    batches: impl futures::Stream<Item = Result<RecordBatch, arrow_flight::error::FlightError>>
+    + Send
+    + 'static,
+) -> Vec<arrow_flight::PutResult> {
     let data = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
             "bench".into(),
             table.into(),
         ])))
-        .build(futures::stream::iter(batches.into_iter().map(Ok)));
+        .build(batches);
     client
         .do_put(data)
         .await

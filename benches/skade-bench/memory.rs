@@ -178,20 +178,7 @@ async fn run_case(budget_mib: usize, partitions: u32, gib: usize) -> Case {
     let started = Instant::now();
     let stream = futures::stream::iter(0..batches)
         .map(move |i| Ok(batch((i * rows_per_batch) as i64, rows_per_batch)));
-    let data = FlightDataEncoderBuilder::new()
-        .with_schema(schema())
-        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-            "bench".into(),
-            "memory".into(),
-        ])))
-        .build(stream);
-    let acks: Vec<_> = client
-        .do_put(data)
-        .await
-        .expect("put")
-        .try_collect()
-        .await
-        .expect("acks");
+    let acks = put_stream(&mut client, "memory", schema(), stream).await;
     let secs = started.elapsed().as_secs_f64();
     assert!(!acks.is_empty(), "the put was not acked");
     let peak = server.status("VmHWM");
@@ -354,21 +341,8 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
                 Ok(batch((i * rows_per_batch) as i64, rows_per_batch))
             })
     };
-    let data = FlightDataEncoderBuilder::new()
-        .with_schema(schema())
-        .with_flight_descriptor(Some(FlightDescriptor::new_path(vec![
-            "bench".into(),
-            "large".into(),
-        ])))
-        .build(stream);
     let mut client = connect(server.flight).await;
-    let acks: Vec<_> = client
-        .do_put(data)
-        .await
-        .expect("put")
-        .try_collect()
-        .await
-        .expect("acks");
+    let acks = put_stream(&mut client, "large", schema(), stream).await;
     assert!(!acks.is_empty(), "the large put was not acked");
     let large_secs = large_started.elapsed().as_secs_f64();
     let mut times = Vec::new();
