@@ -287,22 +287,20 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let dir = tempfile::tempdir().expect("temp dir");
     let interval = if purge { "1s" } else { "0s" };
-    let server = Arc::new(
-        ServerProcess::start(
-            dir.path(),
-            &["--memory-purge-interval".into(), interval.into()],
-        )
-        .await,
-    );
+    let server = ServerProcess::start(
+        dir.path(),
+        &["--memory-purge-interval".into(), interval.into()],
+    )
+    .await;
     let deadline = Instant::now() + Duration::from_secs(secs);
     let cpu_before = server.cpu_seconds();
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (server, done) = (server.clone(), done.clone());
+        let (pid, done) = (server.child.id(), done.clone());
         tokio::spawn(async move {
             let mut rss = Vec::new();
             while !done.load(Ordering::Relaxed) {
-                rss.push(server.status("VmRSS"));
+                rss.push(proc_status_bytes(pid, "VmRSS"));
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             rss
@@ -355,9 +353,6 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
     let peak = server.status("VmHWM");
     drop(client);
     let batches = sent.load(Ordering::Relaxed);
-    let Ok(server) = Arc::try_unwrap(server) else {
-        panic!("the sampler still holds the server")
-    };
     server.stop();
     PurgeCase {
         purge,
