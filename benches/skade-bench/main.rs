@@ -41,9 +41,10 @@
 //!   RSS 1 s and 5 s after the put.
 //! - `memory_purge`: the price of the server's forced allocator purge every second
 //!   (`--memory-purge-interval`): the soak's mix (one large stream, 8 tiny-put streams)
-//!   on a `skade serve` child with the purge off then on, `SKADE_PURGE_ROUNDS` (3) rounds
-//!   of `SKADE_PURGE_SECS` (45) s each: large rows/s, tiny put p50/p99, mean and peak
-//!   RSS and server CPU per GiB, as on/off ratios (median of the rounds' ratios).
+//!   on a `skade serve` child with the purge off and on (the order alternating),
+//!   `SKADE_PURGE_ROUNDS` (4) rounds of `SKADE_PURGE_SECS` (45) s each: large rows/s,
+//!   tiny put p50/p99, mean and peak RSS and server CPU per GiB, as on/off ratios
+//!   (median of the rounds' ratios).
 //! - `peers`: skade vs pyiceberg 0.12 (`benches/peers/pyiceberg_peer.py`, `SqlCatalog` on
 //!   sqlite, venv `benches/peers/.venv` or `SKADE_PEERS_PYTHON`) and iceberg-rust's own
 //!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches

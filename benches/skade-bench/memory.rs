@@ -367,20 +367,33 @@ async fn run_purge_case(purge: bool, secs: u64) -> PurgeCase {
 
 /// `memory_purge`: what the forced purge every second (`--memory-purge-interval`,
 /// `skade::memory::PURGE_EVERY`) costs, against the same server with it off, in one
-/// run: [`run_purge_case`] for `SKADE_PURGE_SECS` (45) seconds, off then on,
-/// `SKADE_PURGE_ROUNDS` (3) times. Printed per case, and each round's on/off ratio as
-/// the median over rounds (min–max; the upper middle one for an even count): the large
+/// run: [`run_purge_case`] for `SKADE_PURGE_SECS` (45) seconds, off and on back to back
+/// (off first in even rounds, on first in odd ones), `SKADE_PURGE_ROUNDS` (4: each order
+/// twice) times. Printed per case, and each round's on/off ratio as the median over
+/// rounds (min–max; the upper middle one for an even count): the large
 /// stream's rows/s, tiny put p50/p99, mean and peak RSS, and the server's CPU seconds
 /// per GiB the large stream sent. The stuck purge the forced one guards against
 /// shows only after tens of minutes (the soak), not here: this prices the guard.
 pub(crate) async fn memory_purge() {
     let secs = env_usize("SKADE_PURGE_SECS", 45).max(5) as u64;
-    let rounds = env_usize("SKADE_PURGE_ROUNDS", 3).max(1);
+    let rounds = env_usize("SKADE_PURGE_ROUNDS", 4).max(1);
+    // Each round is a pair (off, on) whatever order it ran in; odd rounds run the purge
+    // first, so what the first case leaves behind (dirty pages written back during the
+    // second) falls on each side equally often. Every case starts after a `sync`.
     let mut cases = Vec::new();
-    for _ in 0..rounds {
-        for purge in [false, true] {
-            cases.push(run_purge_case(purge, secs).await);
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut pair = Vec::new();
+        for purge in order {
+            settle().await;
+            pair.push(run_purge_case(purge, secs).await);
         }
+        pair.sort_by_key(|c| c.purge);
+        cases.extend(pair);
     }
     let mib = |b: f64| b / (1u64 << 20) as f64;
     let mean = |xs: &[u64]| xs.iter().sum::<u64>() as f64 / xs.len().max(1) as f64;
@@ -392,6 +405,7 @@ pub(crate) async fn memory_purge() {
         "| purge | large M rows/s | tiny puts | tiny p50 ms | tiny p99 ms | RSS mean MiB | peak RSS MiB | server CPU s/GiB |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    // Listed per round, off before on.
     for c in &cases {
         println!(
             "| {} | {:.2} | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.1} |",
