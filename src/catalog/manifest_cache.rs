@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use iceberg::io::FileIO;
-use iceberg::spec::{Manifest, ManifestFile, SnapshotRef};
+use iceberg::spec::{DataFile, Manifest, ManifestFile, SnapshotRef};
 use iceberg::table::Table;
 
 /// Parsed manifest lists (by path: the manifests they list) and manifests (by path).
@@ -100,8 +100,8 @@ impl ManifestCache {
         if let Some(parsed) = self.manifests.get(path) {
             return Ok(parsed.clone());
         }
-        if let Some(parsed) = recent().manifests.get(path) {
-            return Ok(parsed.clone());
+        if let Some(parsed) = recent().manifest(path) {
+            return Ok(parsed);
         }
         let bytes = file_io.new_input(path)?.read().await?;
         Ok(Arc::new(Manifest::parse_avro(&bytes)?))
@@ -128,14 +128,102 @@ const RECENT_LISTS: usize = 128;
 /// `commit.manifest.min-count-to-merge` per table) and the newest ones maintenance reads
 /// next. A miss only costs a read and a parse.
 const RECENT_MANIFESTS: usize = 512;
+/// Bytes the manifests kept process-wide hold at most, by [`parsed_bytes`]'s estimate. A
+/// merged manifest holds every live data file of its table, and a busy table writes one
+/// every `commit.manifest.min-count-to-merge` commits: bounded by count alone, the cache
+/// held the last 32 copies of one table's file list (206 MiB of heap at 3,663 live data
+/// files, growing with their square; `docs/performance.md`, "Heap per live data file").
+const RECENT_MANIFEST_BYTES: usize = 32 << 20;
+/// A manifest larger than this ([`parsed_bytes`]) is not kept process-wide: it would push
+/// out most of the others, and its next reader reads and parses it again.
+const RECENT_LARGEST_MANIFEST: usize = RECENT_MANIFEST_BYTES / 4;
 
 /// The process-wide cache of the manifest lists and manifests this process wrote lately.
 #[derive(Default)]
 struct Recent {
     lists: HashMap<String, Arc<[ManifestFile]>>,
     list_order: VecDeque<String>,
-    manifests: HashMap<String, Arc<Manifest>>,
+    /// Each manifest with its [`parsed_bytes`].
+    manifests: HashMap<String, (Arc<Manifest>, usize)>,
     manifest_order: VecDeque<String>,
+    /// The sum of the kept manifests' [`parsed_bytes`].
+    manifest_bytes: usize,
+}
+
+impl Recent {
+    /// Keeps `manifest` (written at `path`) unless it is larger than
+    /// [`RECENT_LARGEST_MANIFEST`], then forgets the oldest until at most
+    /// [`RECENT_MANIFESTS`] manifests of at most [`RECENT_MANIFEST_BYTES`] are kept.
+    fn keep_manifest(&mut self, path: &str, manifest: Arc<Manifest>) {
+        let bytes = parsed_bytes(&manifest);
+        if bytes > RECENT_LARGEST_MANIFEST {
+            self.forget_manifest(path);
+            return;
+        }
+        match self.manifests.insert(path.to_string(), (manifest, bytes)) {
+            Some((_, old)) => self.manifest_bytes -= old,
+            None => self.manifest_order.push_back(path.to_string()),
+        }
+        self.manifest_bytes += bytes;
+        while self.manifest_order.len() > RECENT_MANIFESTS
+            || self.manifest_bytes > RECENT_MANIFEST_BYTES
+        {
+            let Some(old) = self.manifest_order.pop_front() else {
+                break;
+            };
+            if let Some((_, old_bytes)) = self.manifests.remove(&old) {
+                self.manifest_bytes -= old_bytes;
+            }
+        }
+    }
+
+    /// Forgets the manifest written at `path`, if kept.
+    fn forget_manifest(&mut self, path: &str) {
+        if let Some((_, bytes)) = self.manifests.remove(path) {
+            self.manifest_bytes -= bytes;
+            self.manifest_order.retain(|p| p != path);
+        }
+    }
+
+    fn manifest(&self, path: &str) -> Option<Arc<Manifest>> {
+        self.manifests.get(path).map(|(parsed, _)| parsed.clone())
+    }
+}
+
+/// An estimate of the heap a parsed manifest holds, in bytes: per entry, the entry
+/// itself, its data file's path, and a slot of each per-column statistics map (column
+/// sizes, value, null and NaN counts; lower and upper bounds) with the maps' own
+/// allocations. For a 3-column table's entries it gives about 2.3 KiB; heaptrack
+/// counted ≈ 2.4 KiB per such entry held by the cache (`docs/performance.md`, "Heap per
+/// live data file").
+pub fn parsed_bytes(manifest: &Manifest) -> usize {
+    use iceberg::spec::{Datum, ManifestEntry};
+    /// A map slot of `(i32, V)` with hashbrown's control byte, at a load of one half.
+    fn slots<V>(n: usize) -> usize {
+        n * 2 * (std::mem::size_of::<(i32, V)>() + 1)
+    }
+    /// Seven allocations per entry (six maps and the path) besides the entry: the
+    /// allocator's rounding and bookkeeping.
+    const PER_ALLOCATION: usize = 16;
+    manifest
+        .entries()
+        .iter()
+        .map(|entry| {
+            let file = entry.data_file();
+            std::mem::size_of::<ManifestEntry>()
+                + std::mem::size_of::<DataFile>()
+                + 7 * PER_ALLOCATION
+                + file.file_path().len()
+                + slots::<u64>(
+                    file.column_sizes().len()
+                        + file.value_counts().len()
+                        + file.null_value_counts().len()
+                        + file.nan_value_counts().len(),
+                )
+                + slots::<Datum>(file.lower_bounds().len() + file.upper_bounds().len())
+                + file.split_offsets().map_or(0, |o| o.len() * 8)
+        })
+        .sum()
 }
 
 fn recent() -> MutexGuard<'static, Recent> {
@@ -302,18 +390,16 @@ pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
 /// walk ([`take_written_manifest`]).
 pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
     written().insert_manifest(path, &manifest);
+    recent().keep_manifest(path, manifest);
+}
+
+/// Forgets the manifests at `paths` (those a merge just replaced: only older snapshots
+/// still list them, and a reader of those reads them again), so the process-wide cache
+/// keeps the current ones.
+pub fn forget_manifests<'a>(paths: impl IntoIterator<Item = &'a str>) {
     let mut recent = recent();
-    if recent
-        .manifests
-        .insert(path.to_string(), manifest)
-        .is_none()
-    {
-        recent.manifest_order.push_back(path.to_string());
-    }
-    while recent.manifest_order.len() > RECENT_MANIFESTS {
-        if let Some(old) = recent.manifest_order.pop_front() {
-            recent.manifests.remove(&old);
-        }
+    for path in paths {
+        recent.forget_manifest(path);
     }
 }
 
@@ -345,8 +431,166 @@ pub async fn read_manifest(
     file_io: &FileIO,
     manifest: &ManifestFile,
 ) -> iceberg::Result<Arc<Manifest>> {
-    if let Some(parsed) = recent().manifests.get(&manifest.manifest_path) {
-        return Ok(parsed.clone());
+    if let Some(parsed) = recent().manifest(&manifest.manifest_path) {
+        return Ok(parsed);
     }
     Ok(Arc::new(manifest.load_manifest(file_io).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iceberg::spec::{
+        DataContentType, DataFileBuilder, DataFileFormat, Datum, FormatVersion,
+        ManifestContentType, ManifestEntry, ManifestMetadata, ManifestStatus, NestedField,
+        PartitionSpec, PrimitiveType, Schema, Struct, Type,
+    };
+
+    /// A data manifest of `files` entries of a 3-column table, each with every statistic
+    /// of every column, as the streaming put writes them.
+    fn manifest(files: usize) -> Arc<Manifest> {
+        let schema = Schema::builder()
+            .with_fields((1..=3).map(|id| {
+                NestedField::required(id, format!("c{id}"), Type::Primitive(PrimitiveType::Long))
+                    .into()
+            }))
+            .build()
+            .expect("schema");
+        let stats = |v: u64| (1..=3).map(|id| (id, v)).collect::<HashMap<i32, u64>>();
+        let bounds = |v: i64| (1..=3).map(|id| (id, Datum::long(v))).collect();
+        let entries = (0..files)
+            .map(|i| {
+                let file = DataFileBuilder::default()
+                    .content(DataContentType::Data)
+                    .file_path(format!(
+                        "/warehouse/ns/t/data/{i:08}-0-{}.parquet",
+                        uuid::Uuid::nil()
+                    ))
+                    .file_format(DataFileFormat::Parquet)
+                    .partition(Struct::empty())
+                    .record_count(1000)
+                    .file_size_in_bytes(1 << 20)
+                    .column_sizes(stats(1 << 18))
+                    .value_counts(stats(1000))
+                    .null_value_counts(stats(0))
+                    .nan_value_counts(HashMap::new())
+                    .lower_bounds(bounds(0))
+                    .upper_bounds(bounds(999))
+                    .split_offsets(Some(vec![4]))
+                    .build()
+                    .expect("data file");
+                ManifestEntry::builder()
+                    .status(ManifestStatus::Existing)
+                    .snapshot_id(1)
+                    .sequence_number(1)
+                    .file_sequence_number(1)
+                    .data_file(file)
+                    .build()
+            })
+            .collect();
+        Arc::new(Manifest::new(
+            ManifestMetadata::builder()
+                .schema(Arc::new(schema))
+                .schema_id(0)
+                .partition_spec(PartitionSpec::unpartition_spec())
+                .format_version(FormatVersion::V2)
+                .content(ManifestContentType::Data)
+                .build(),
+            entries,
+        ))
+    }
+
+    /// Catches the cache bounded by count alone: a table merging every 16 commits left
+    /// the last 32 copies of its whole file list in it, the heap growing with the square
+    /// of its live data files.
+    #[test]
+    fn merged_manifests_stay_within_the_byte_bound_and_the_newest_stays() {
+        let mut recent = Recent::default();
+        let merged = manifest(3_000);
+        let each = parsed_bytes(&merged);
+        assert!(each <= RECENT_LARGEST_MANIFEST, "{each} bytes: kept at all");
+        for commit in 0..128 {
+            recent.keep_manifest(&format!("m{commit}-small.avro"), manifest(4));
+            if commit % 16 == 15 {
+                recent.keep_manifest(&format!("m{commit}-merged.avro"), merged.clone());
+            }
+            let held: usize = recent.manifests.values().map(|(_, b)| b).sum();
+            assert_eq!(held, recent.manifest_bytes, "the running sum is the sum");
+            assert!(recent.manifest_bytes <= RECENT_MANIFEST_BYTES);
+            assert!(recent.manifests.len() <= RECENT_MANIFESTS);
+            assert_eq!(recent.manifests.len(), recent.manifest_order.len());
+        }
+        assert!(
+            recent.manifest("m127-merged.avro").is_some(),
+            "the newest is kept"
+        );
+        assert!(recent.manifest("m127-small.avro").is_some());
+        assert!(
+            recent.manifest("m15-merged.avro").is_none(),
+            "the oldest went"
+        );
+    }
+
+    /// Catches one huge manifest flushing the whole cache (or being kept past the bound).
+    #[test]
+    fn a_manifest_over_a_quarter_of_the_bound_is_not_kept() {
+        let mut recent = Recent::default();
+        recent.keep_manifest("small.avro", manifest(4));
+        let huge = manifest(20_000);
+        assert!(parsed_bytes(&huge) > RECENT_LARGEST_MANIFEST);
+        recent.keep_manifest("huge.avro", huge);
+        assert!(recent.manifest("huge.avro").is_none());
+        assert!(recent.manifest("small.avro").is_some(), "the others stay");
+        assert_eq!(recent.manifest_bytes, parsed_bytes(&manifest(4)));
+    }
+
+    /// Catches a merge's inputs staying in the cache beside the merged manifest.
+    #[test]
+    fn a_forgotten_manifest_leaves_with_its_bytes() {
+        let mut recent = Recent::default();
+        for i in 0..3 {
+            recent.keep_manifest(&format!("m{i}.avro"), manifest(100));
+        }
+        recent.forget_manifest("m1.avro");
+        recent.forget_manifest("never-kept.avro");
+        assert!(recent.manifest("m1.avro").is_none());
+        assert_eq!(recent.manifest_order, ["m0.avro", "m2.avro"]);
+        assert_eq!(recent.manifest_bytes, 2 * parsed_bytes(&manifest(100)));
+        // Kept again after it was forgotten: counted once.
+        recent.keep_manifest("m0.avro", manifest(100));
+        assert_eq!(recent.manifest_bytes, 2 * parsed_bytes(&manifest(100)));
+    }
+
+    /// Catches an estimate that ignores the statistics: a wide table's entries hold far
+    /// more than a narrow one's, and the bound must see it.
+    #[test]
+    fn the_estimate_grows_with_entries_and_their_statistics() {
+        let one = parsed_bytes(&manifest(1));
+        assert_eq!(parsed_bytes(&manifest(10)), 10 * one);
+        let bare = Arc::new(Manifest::new(
+            manifest(1).metadata().clone(),
+            vec![
+                ManifestEntry::builder()
+                    .status(ManifestStatus::Added)
+                    .snapshot_id(1)
+                    .data_file(
+                        DataFileBuilder::default()
+                            .content(DataContentType::Data)
+                            .file_path("/warehouse/ns/t/data/x.parquet".into())
+                            .file_format(DataFileFormat::Parquet)
+                            .partition(Struct::empty())
+                            .record_count(1)
+                            .file_size_in_bytes(1)
+                            .build()
+                            .expect("data file"),
+                    )
+                    .build(),
+            ],
+        ));
+        assert!(
+            one > parsed_bytes(&bare) + 18 * 16,
+            "{one} vs {}",
+            parsed_bytes(&bare)
+        );
+    }
 }

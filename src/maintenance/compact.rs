@@ -32,7 +32,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use super::project::project;
-use crate::catalog::manifest_cache::{ManifestCache, remember_manifest};
+use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
 use crate::write::append::write_added;
 use crate::write::encode::writer_properties;
 use crate::write::file_out::finish_and_write;
@@ -457,6 +457,9 @@ async fn without_inputs(
         }
         out.push(writer.write_manifest_file().await?);
         remember_manifest(&path, Arc::new(as_read(table, entries)));
+        // Replaced by the one just written (a merged manifest can hold every live file
+        // of the table: one copy kept process-wide is enough).
+        forget_manifests([manifest.manifest_path.as_str()]);
     }
     Ok((found == inputs.len()).then_some(out))
 }
