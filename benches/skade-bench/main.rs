@@ -45,6 +45,9 @@
 //!   `SKADE_PURGE_ROUNDS` (4) rounds of `SKADE_PURGE_SECS` (45) s each: large rows/s,
 //!   tiny put p50/p99, mean and peak RSS and server CPU per GiB, as on/off ratios
 //!   (median of the rounds' ratios).
+//! - `live_files`: the server's live heap per live data file of one table at
+//!   `SKADE_LIVE_FILES` (1,000) and 4 times as many files, and the ratio (1: the heap
+//!   follows the live files; 4: their square).
 //! - `peers`: skade vs pyiceberg 0.12 (`benches/peers/pyiceberg_peer.py`, `SqlCatalog` on
 //!   sqlite, venv `benches/peers/.venv` or `SKADE_PEERS_PYTHON`) and iceberg-rust's own
 //!   `DataFileWriter` + `fast_append` on its `MemoryCatalog`, on the same synthetic batches
@@ -99,6 +102,7 @@ use common::env_usize;
 const ARMS: &[&str] = &[
     "memory",
     "memory_purge",
+    "live_files",
     "ingest",
     "ingest_partitioned",
     "multi",
@@ -149,6 +153,7 @@ fn main() {
                 "committer_overlap" => overlap::committer_overlap(runs).await,
                 "memory" => memory::memory().await,
                 "memory_purge" => memory::memory_purge().await,
+                "live_files" => memory::live_files().await,
                 "ingest" => ingest::ingest(runs).await,
                 "ingest_partitioned" => ingest::ingest_partitioned(runs).await,
                 "commit" => commit::commit(runs).await,

@@ -15,6 +15,10 @@
 //! `memory_purge` (the second arm here): the same child server under the soak's put mix
 //! with the forced allocator purge every second and off (`--memory-purge-interval`),
 //! back to back, to price the purge.
+//!
+//! `live_files` (the third): the same child server's live heap per live data file of one
+//! table, at N and at 4 N files, and the ratio of the two (1 when the heap follows the
+//! files, 4 when it follows their square).
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +52,7 @@ fn free_port() -> u16 {
 struct ServerProcess {
     child: Child,
     flight: SocketAddr,
+    metrics: SocketAddr,
 }
 
 impl ServerProcess {
@@ -77,7 +82,36 @@ impl ServerProcess {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        ServerProcess { child, flight }
+        ServerProcess {
+            child,
+            flight,
+            metrics,
+        }
+    }
+
+    /// The sum of the samples of metric `name` on the server's `/metrics` (all label
+    /// sets), read over plain HTTP/1.0.
+    async fn metric(&self, name: &str) -> f64 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.metrics)
+            .await
+            .expect("connect to /metrics");
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .expect("ask for /metrics");
+        let mut text = String::new();
+        stream
+            .read_to_string(&mut text)
+            .await
+            .expect("read /metrics");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '{']))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     fn status(&self, key: &str) -> u64 {
@@ -434,5 +468,74 @@ pub(crate) async fn memory_purge() {
         ratio(&|c| mean(&c.rss)),
         ratio(&|c| c.peak as f64),
         ratio(&cpu_per_gib),
+    );
+}
+
+/// The server's live heap (`skade_heap_allocated_bytes`) and its live data files
+/// (`skade_table_data_files`) once a put is over: after `SETTLE` (5 s) of maintenance
+/// passes, the median heap of 5 samples a second apart.
+async fn settled_heap(server: &ServerProcess) -> (f64, f64) {
+    const SETTLE: Duration = Duration::from_secs(5);
+    tokio::time::sleep(SETTLE).await;
+    let mut heap = Vec::new();
+    for _ in 0..5 {
+        heap.push(server.metric("skade_heap_allocated_bytes").await);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    heap.sort_by(f64::total_cmp);
+    (heap[2], server.metric("skade_table_data_files").await)
+}
+
+/// `live_files`: what one table's live data files cost the server's heap. A `skade
+/// serve` child at its defaults but `--target-file-size 128KiB`, so each 16,384-row
+/// batch of the synthetic table is a data file of its own (its Parquet is over a quarter
+/// of the target: compaction leaves it), takes `SKADE_LIVE_FILES` (1,000) batches in one
+/// streaming put, then 3 times as many in another; after each, [`settled_heap`]. Printed:
+/// the heap above the server's before the first put, per live data file, at both points,
+/// and their ratio — 1 when the heap follows the live files, 4 when it follows their
+/// square (the process-wide manifest cache before it was bounded by bytes kept every
+/// merged copy of the table's file list: `docs/performance.md`, "Heap per live data
+/// file").
+pub(crate) async fn live_files() {
+    let files = env_usize("SKADE_LIVE_FILES", 1_000).max(16);
+    let rows = 16_384usize;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server =
+        ServerProcess::start(dir.path(), &["--target-file-size".into(), "128KiB".into()]).await;
+    let (base, _) = settled_heap(&server).await;
+    let mut client = connect(server.flight).await;
+    let mut sent = 0usize;
+    let mut points = Vec::new();
+    for target in [files, 4 * files] {
+        let stream =
+            futures::stream::iter(sent..target).map(move |i| Ok(batch((i * rows) as i64, rows)));
+        let acks = put_stream(&mut client, "live_files", schema(), stream).await;
+        assert!(!acks.is_empty(), "the put was not acked");
+        sent = target;
+        let (heap, live) = settled_heap(&server).await;
+        points.push((target, live, heap - base));
+    }
+    drop(client);
+    let peak = server.status("VmHWM");
+    server.stop();
+    let kib = |b: f64| b / 1024.0;
+    println!(
+        "live_files: one table, {rows}-row batches of the synthetic table one data file each, heap above the idle server's ({:.1} MiB) after the put and 5 s of maintenance",
+        base / (1u64 << 20) as f64
+    );
+    println!("| batches sent | live data files | heap MiB | heap per live file KiB |");
+    println!("| --- | --- | --- | --- |");
+    for (target, live, heap) in &points {
+        println!(
+            "| {target} | {live:.0} | {:.1} | {:.2} |",
+            heap / (1u64 << 20) as f64,
+            kib(heap / live.max(1.0))
+        );
+    }
+    let per_file = |(_, live, heap): &(usize, f64, f64)| heap / live.max(1.0);
+    println!(
+        "live_files: heap per live data file at 4 N / at N = {:.2} (1: the heap follows the live files; 4: their square); peak RSS {:.0} MiB",
+        per_file(&points[1]) / per_file(&points[0]),
+        peak as f64 / (1u64 << 20) as f64
     );
 }
