@@ -196,7 +196,7 @@ impl Recent {
 /// allocations. For a 3-column table's entries it gives about 2.3 KiB; heaptrack
 /// counted ≈ 2.4 KiB per such entry held by the cache (`docs/performance.md`, "Heap per
 /// live data file").
-pub fn parsed_bytes(manifest: &Manifest) -> usize {
+pub(crate) fn parsed_bytes(manifest: &Manifest) -> usize {
     use iceberg::spec::{Datum, ManifestEntry};
     /// A map slot of `(i32, V)` with hashbrown's control byte, at a load of one half.
     fn slots<V>(n: usize) -> usize {
@@ -393,9 +393,9 @@ pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
     recent().keep_manifest(path, manifest);
 }
 
-/// Forgets the manifests at `paths` (those a merge just replaced: only older snapshots
-/// still list them, and a reader of those reads them again), so the process-wide cache
-/// keeps the current ones.
+/// Forgets the manifests at `paths` (those a merge or a compaction just replaced: only
+/// older snapshots still list them, and a reader of those reads them again), so the
+/// process-wide cache keeps the current ones.
 pub fn forget_manifests<'a>(paths: impl IntoIterator<Item = &'a str>) {
     let mut recent = recent();
     for path in paths {
@@ -587,6 +587,7 @@ mod tests {
                     .build(),
             ],
         ));
+        // At least 16 bytes for each of the 18 statistics (6 kinds × 3 columns).
         assert!(
             one > parsed_bytes(&bare) + 18 * 16,
             "{one} vs {}",
