@@ -90,28 +90,11 @@ impl ServerProcess {
     }
 
     /// The sum of the samples of metric `name` on the server's `/metrics` (all label
-    /// sets), read over plain HTTP/1.0.
+    /// sets).
     async fn metric(&self, name: &str) -> f64 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.metrics)
+        crate::multi::Scrape::take(self.metrics)
             .await
-            .expect("connect to /metrics");
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .expect("ask for /metrics");
-        let mut text = String::new();
-        stream
-            .read_to_string(&mut text)
-            .await
-            .expect("read /metrics");
-        text.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with([' ', '{']))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .value(name, &[])
     }
 
     fn status(&self, key: &str) -> u64 {
