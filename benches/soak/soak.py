@@ -687,8 +687,9 @@ class Sampler:
         server_ticks = cpu_ticks(self.pid)
         all_ticks, idle_ticks, steal_ticks = machine_ticks()
         busy_ticks = all_ticks - idle_ticks - steal_ticks
-        server_cores = rate(server_ticks, "server_ticks") / self.hz if dt and "server_ticks" in prev else None
-        busy_cores = rate(busy_ticks, "busy_ticks") / self.hz if dt and "busy_ticks" in prev else None
+        server_rate, busy_rate = rate(server_ticks, "server_ticks"), rate(busy_ticks, "busy_ticks")
+        server_cores = None if server_rate is None else server_rate / self.hz
+        busy_cores = None if busy_rate is None else busy_rate / self.hz
         all_delta = all_ticks - prev.get("all_ticks", all_ticks)
         steal_pct = 100 * (steal_ticks - prev["steal_ticks"]) / all_delta if all_delta and "steal_ticks" in prev else None
         mib = 1 / (1 << 20)
@@ -812,8 +813,12 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, grace
     ratio_line("steal_pct", "CPU steal (%)", target=False)
 
     settled = 30.0  # the first seconds (tables being created) are left out
-    tiny = [x for t, x in sampler.all_fresh_tiny if t > settled]
-    large = [x for t, x in sampler.all_fresh_large if t > settled]
+
+    def after_settled(series):
+        return [x for t, x in series if t > settled]
+
+    tiny = after_settled(sampler.all_fresh_tiny)
+    large = after_settled(sampler.all_fresh_large)
     tiny_p99 = percentile(tiny, 0.99)
     large_p99 = percentile(large, 0.99)
     lines += ["", "| target | measured | |", "| --- | --- | --- |"]
@@ -823,8 +828,8 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, grace
         f"| freshness p99 ≤ {TINY_FRESHNESS_P99_S:.0f} s, tiny tables (whole run after {settled:.0f} s, "
         f"{len(tiny)} batches) | {fmt(tiny_p99)} s | {'met' if ok else 'not met' if ok is not None else 'n/a'} |"
     )
-    unseen_p99 = percentile([x for t, x in sampler.all_unseen_tiny if t > settled], 0.99)
-    gap_p99 = percentile([x for t, x in sampler.all_poll_gaps if t > settled], 0.99)
+    unseen_p99 = percentile(after_settled(sampler.all_unseen_tiny), 0.99)
+    gap_p99 = percentile(after_settled(sampler.all_poll_gaps), 0.99)
     lines.append(
         f"| … of which the server's: least time to become visible p99 (send to the start of the last poll "
         f"that did not see the batch) | {fmt(unseen_p99)} s | |"
