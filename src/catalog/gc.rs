@@ -46,8 +46,8 @@ use super::RedbCatalog;
 use super::manifest_cache::{self, ManifestCache};
 use super::warehouse::Warehouse;
 use crate::storage::StorageError;
-use crate::storage::file_store::FileStore;
 pub(crate) use crate::storage::file_store::local_path;
+use crate::storage::file_store::{FileStore, NamedFile};
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]
@@ -501,10 +501,20 @@ async fn remove_orphans(
     let mut doomed = Vec::new();
     for location in locations {
         for dir in ["data", "metadata"] {
-            for file in store.list(&location.join(dir)).await? {
-                if referenced.contains(&file.path) {
+            // Only the files no metadata references are looked at (sizes and times).
+            let mut unreferenced = Vec::new();
+            let mut to_inspect = Vec::new();
+            for file in store.list_names(&location.join(dir)).await? {
+                if referenced.contains(file.path()) {
                     continue;
                 }
+                match file {
+                    NamedFile::Stored(file) => unreferenced.push(file),
+                    NamedFile::Path(path) => to_inspect.push(path),
+                }
+            }
+            unreferenced.extend(store.stat(to_inspect).await?);
+            for file in unreferenced {
                 // An unknown or future modification time counts as age 0: kept.
                 let age = file
                     .modified

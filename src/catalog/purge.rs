@@ -73,8 +73,8 @@ pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<
     let dirs = [location.join("data"), location.join("metadata")];
     if !shared {
         for dir in &dirs {
-            let listed = store.list(dir).await.map_err(failed)?;
-            doomed.extend(listed.into_iter().map(|file| file.path));
+            let listed = store.list_names(dir).await.map_err(failed)?;
+            doomed.extend(listed.into_iter().map(|file| file.path().to_path_buf()));
         }
     }
     doomed.sort();
