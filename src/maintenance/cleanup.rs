@@ -545,6 +545,7 @@ impl Sweeper {
             removing = doomed.len(),
             "sweep timed"
         );
+        seen.shrink_to_fit_loosely();
         self.unreferenced = seen;
         if !doomed.is_empty() {
             let paths: Vec<PathBuf> = doomed.iter().map(|(path, ..)| path.clone()).collect();

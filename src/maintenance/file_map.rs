@@ -142,6 +142,26 @@ impl<V> FileMap<V> {
         self.files.retain(|_, value| keep(value));
     }
 
+    /// Gives back the memory of a hash table sized for more files than it holds now,
+    /// keeping room for a quarter more: a hash table never shrinks by itself, and the
+    /// files waiting out the cleanup grace overshoot while it first fills (the
+    /// 40-minute soak: 240,000 at 10 minutes, 180,000–200,000 after), which left the
+    /// table at twice the size it needed for the rest of the run (≈ 18 MiB more,
+    /// heaptrack: `docs/performance.md`, "The heap at the end of an hour"). A no-op
+    /// unless the table would shrink, so the room kept is also the hysteresis: it
+    /// grows again only a quarter past what it holds.
+    pub(super) fn shrink_to_fit_loosely(&mut self) {
+        let room = self.files.len() + self.files.len() / 4;
+        self.files.shrink_to(room);
+        self.dir_ids.shrink_to(self.dir_ids.len() + self.dir_ids.len() / 4);
+    }
+
+    /// How many files it has room for without growing.
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.files.capacity()
+    }
+
     /// Forgets the directories no file is in; the files keep their keys.
     pub(super) fn forget_empty_dirs(&mut self) {
         let mut used = vec![false; self.dirs.len()];
@@ -230,6 +250,32 @@ mod tests {
         map.retain(|p| p != a);
         let left: Vec<PathBuf> = map.entries().map(|(k, _)| map.path(k)).collect();
         assert_eq!(left, vec![PathBuf::from("x.avro")]);
+    }
+
+    /// Catches: a map that keeps the hash table of its peak after most files left (the
+    /// cleanup's waiting files overshoot while the grace first fills), or one that
+    /// shrinks below what it holds, loses a file doing so, or leaves no room for the
+    /// next few files (a shrink then a grow every sweep).
+    #[test]
+    fn a_map_gives_back_the_room_of_its_peak_and_keeps_a_quarter() {
+        let mut map = FileMap::default();
+        let path = |i: usize| PathBuf::from(format!("/w/ns/t/metadata/{i:06}-u.metadata.json"));
+        for i in 0..100_000 {
+            map.insert(&path(i), i);
+        }
+        let peak = map.capacity();
+        map.retain_values(|v| *v < 1_000);
+        map.shrink_to_fit_loosely();
+        assert!(
+            map.capacity() >= 1_250 && map.capacity() < peak / 16,
+            "{} of {peak}",
+            map.capacity()
+        );
+        assert_eq!(map.len(), 1_000);
+        assert_eq!(map.get_mut(&path(999)).copied(), Some(999));
+        let roomy = map.capacity();
+        map.shrink_to_fit_loosely();
+        assert_eq!(map.capacity(), roomy, "a second call changes nothing");
     }
 
     /// Catches: a directory kept once its files are gone (a dropped table's directories
