@@ -1093,9 +1093,8 @@ mod tests {
 
     /// Catches: a file taken for a candidate of a location it is not under (a sibling
     /// whose name starts with the location's or its `data`: `/w/ab`, `/w/a/database`),
-    /// one in a partition
-    /// directory under `data/` missed, a kept location's metadata JSON taken, or a
-    /// second file of a directory judged by what the first one was.
+    /// one in a partition directory under `data/` missed, a kept location's metadata
+    /// JSON taken, or a second file of a directory judged by what the first one was.
     #[test]
     fn a_candidate_is_placed_by_its_directory_under_a_swept_location() {
         let locations = SweptDirs::of(vec![
