@@ -153,7 +153,8 @@ impl<V> FileMap<V> {
     pub(super) fn shrink_to_fit_loosely(&mut self) {
         let room = self.files.len() + self.files.len() / 4;
         self.files.shrink_to(room);
-        self.dir_ids.shrink_to(self.dir_ids.len() + self.dir_ids.len() / 4);
+        self.dir_ids
+            .shrink_to(self.dir_ids.len() + self.dir_ids.len() / 4);
     }
 
     /// How many files it has room for without growing.
