@@ -204,15 +204,19 @@ impl From<&StoredFile> for Listed {
     }
 }
 
+/// What a listing found: every file by path, each with its size and modification time
+/// when the listing gave them (an object store's does, a local directory's read does
+/// not: [`inspect_new`] looks up the ones a sweep needs).
+type Found = FileMap<Option<Listed>>;
+
 /// A listing of the swept locations' `data/` and `metadata/`, running in a task of its
 /// own beside the passes; the first sweep after it ends judges what it found
 /// ([`judge_listing`]).
 #[derive(Debug)]
 struct Listing {
-    /// The files found (each directory's path kept once, as in the sweeper's own map),
-    /// each with its size and modification time when the listing gave them (an object
-    /// store's does, a local directory's read does not), and how long the listing took.
-    task: tokio::task::JoinHandle<Result<(FileMap<Option<Listed>>, Duration), StorageError>>,
+    /// The files found (each directory's path kept once, as in the sweeper's own map)
+    /// and how long the listing took.
+    task: tokio::task::JoinHandle<Result<(Found, Duration), StorageError>>,
     /// When it started: a file already waiting then and not found by it is gone.
     started: Instant,
     /// Files a sweep's removals removed while it ran: it may have found them before they
@@ -251,7 +255,7 @@ impl Listing {
     }
 
     /// Waits for the listing's task and returns what it found and how long it took.
-    async fn finish(&mut self) -> Result<(FileMap<Option<Listed>>, Duration), GcError> {
+    async fn finish(&mut self) -> Result<(Found, Duration), GcError> {
         match (&mut self.task).await {
             Ok(found) => Ok(found?),
             Err(e) => Err(task_failed("run the listing task for", e)),
@@ -668,7 +672,7 @@ fn take_candidates(
 /// The store's error inspecting a file (then the listing is not judged).
 async fn inspect_new(
     store: &FileStore,
-    found: &FileMap<Option<Listed>>,
+    found: &Found,
     removed: &HashSet<PathBuf>,
     rules: &Rules<'_>,
     seen: &FileMap<Waiting>,
@@ -692,7 +696,7 @@ async fn inspect_new(
 /// A file the listing named without its size and modification time joins `seen` only
 /// as [`inspect_new`] found it (`inspected`); one already waiting keeps its own.
 fn judge_listing(
-    found: &FileMap<Option<Listed>>,
+    found: &Found,
     inspected: Vec<StoredFile>,
     started: Instant,
     removed: &HashSet<PathBuf>,
@@ -1173,14 +1177,25 @@ mod tests {
         seen: &mut FileMap<Waiting>,
         now: Instant,
     ) {
-        let store = FileStore::Local;
-        let mut listing = Listing::start(&store, locations);
+        let mut listing = Listing::start(&FileStore::Local, locations);
         let (found, _) = listing.finish().await.unwrap();
-        let inspected = inspect_new(&store, &found, &listing.removed, rules, seen)
+        judge_local(&found, &listing, rules, seen, now).await;
+    }
+
+    /// Judges what a local `listing` `found` into `seen` at `now`, as a sweep does: the
+    /// files new to it looked up first.
+    async fn judge_local(
+        found: &Found,
+        listing: &Listing,
+        rules: &Rules<'_>,
+        seen: &mut FileMap<Waiting>,
+        now: Instant,
+    ) {
+        let inspected = inspect_new(&FileStore::Local, found, &listing.removed, rules, seen)
             .await
             .unwrap();
         judge_listing(
-            &found,
+            found,
             inspected,
             listing.started,
             &listing.removed,
@@ -1262,7 +1277,7 @@ mod tests {
         assert_eq!(seen.get_mut(&new).unwrap().bytes, 3);
 
         // A listing that says sizes and times (an object store's): those are taken.
-        let mut found: FileMap<Option<Listed>> = FileMap::default();
+        let mut found = Found::default();
         let listed = Listed {
             bytes: 9,
             modified: Some(at_first_look),
@@ -1312,18 +1327,7 @@ mod tests {
         seen.insert(&later, waiting(Instant::now(), SystemTime::now(), 1, true));
         let no_refs = NoReferences::default();
         let rules = no_refs.rules(&locations);
-        let inspected = inspect_new(&FileStore::Local, &found, &listing.removed, &rules, &seen)
-            .await
-            .unwrap();
-        judge_listing(
-            &found,
-            inspected,
-            listing.started,
-            &listing.removed,
-            &rules,
-            &mut seen,
-            Instant::now(),
-        );
+        judge_local(&found, &listing, &rules, &mut seen, Instant::now()).await;
         let mut got: Vec<PathBuf> = seen.entries().map(|(k, _)| seen.path(k)).collect();
         got.sort();
         assert_eq!(got, vec![later, leftover]);
