@@ -261,6 +261,32 @@ impl Listing {
             Err(e) => Err(task_failed("run the listing task for", e)),
         }
     }
+
+    /// Judges what it `found` into `seen` at `now` under `rules`: the files new to the
+    /// sweeper looked up in `store` first ([`inspect_new`]), then [`judge_listing`].
+    ///
+    /// # Errors
+    /// The store's error looking a file up; then `seen` is as it was.
+    async fn judge(
+        &self,
+        store: &FileStore,
+        found: &Found,
+        rules: &Rules<'_>,
+        seen: &mut FileMap<Waiting>,
+        now: Instant,
+    ) -> Result<(), GcError> {
+        let inspected = inspect_new(store, found, &self.removed, rules, seen).await?;
+        judge_listing(
+            found,
+            inspected,
+            self.started,
+            &self.removed,
+            rules,
+            seen,
+            now,
+        );
+        Ok(())
+    }
 }
 
 /// The error of a cleanup task (`what` it was doing) that panicked or was cancelled.
@@ -504,22 +530,14 @@ impl Sweeper {
         let mut listed_ms = None;
         if let Some(listing) = &mut listing {
             let judged = match listing.finish().await {
-                Ok((found, took)) => inspect_new(store, &found, &listing.removed, &rules, &seen)
+                Ok((found, took)) => listing
+                    .judge(store, &found, &rules, &mut seen, now)
                     .await
-                    .map(|inspected| (found, inspected, took)),
+                    .map(|()| took),
                 Err(e) => Err(e),
             };
             match judged {
-                Ok((found, inspected, took)) => {
-                    judge_listing(
-                        &found,
-                        inspected,
-                        listing.started,
-                        &listing.removed,
-                        &rules,
-                        &mut seen,
-                        now,
-                    );
+                Ok(took) => {
                     self.listed_at = Some(listing.started);
                     listed_ms = Some(took.as_millis() as u64);
                 }
@@ -1177,32 +1195,13 @@ mod tests {
         seen: &mut FileMap<Waiting>,
         now: Instant,
     ) {
-        let mut listing = Listing::start(&FileStore::Local, locations);
+        let store = FileStore::Local;
+        let mut listing = Listing::start(&store, locations);
         let (found, _) = listing.finish().await.unwrap();
-        judge_local(&found, &listing, rules, seen, now).await;
-    }
-
-    /// Judges what a local `listing` `found` into `seen` at `now`, as a sweep does: the
-    /// files new to it looked up first.
-    async fn judge_local(
-        found: &Found,
-        listing: &Listing,
-        rules: &Rules<'_>,
-        seen: &mut FileMap<Waiting>,
-        now: Instant,
-    ) {
-        let inspected = inspect_new(&FileStore::Local, found, &listing.removed, rules, seen)
+        listing
+            .judge(&store, &found, rules, seen, now)
             .await
             .unwrap();
-        judge_listing(
-            found,
-            inspected,
-            listing.started,
-            &listing.removed,
-            rules,
-            seen,
-            now,
-        );
     }
 
     /// Catches: a judged listing that keeps a file no longer on disk, restarts the grace
@@ -1327,7 +1326,10 @@ mod tests {
         seen.insert(&later, waiting(Instant::now(), SystemTime::now(), 1, true));
         let no_refs = NoReferences::default();
         let rules = no_refs.rules(&locations);
-        judge_local(&found, &listing, &rules, &mut seen, Instant::now()).await;
+        listing
+            .judge(&FileStore::Local, &found, &rules, &mut seen, Instant::now())
+            .await
+            .unwrap();
         let mut got: Vec<PathBuf> = seen.entries().map(|(k, _)| seen.path(k)).collect();
         got.sort();
         assert_eq!(got, vec![later, leftover]);
