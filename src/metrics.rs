@@ -99,6 +99,14 @@ pub const MAINTENANCE_TABLES: &str = "skade_maintenance_tables";
 /// Failed maintenance jobs, label `job` = `expire` | `merge` | `compact` | `cleanup` |
 /// `load` | `lease`.
 pub const MAINTENANCE_ERRORS_TOTAL: &str = "skade_maintenance_errors_total";
+/// Tables whose maintenance leaves something out for their data's sake, as the last
+/// pass (or compaction pass) found them, label `reason` = `delete_files` (compaction
+/// leaves data files that a live delete file may apply to) | `location_not_owned`
+/// (cleanup does not sweep a location skade did not create the table at) |
+/// `location_shared` (cleanup does not sweep a location another table's overlaps) |
+/// `write_path_property` (the table sets `write.data.path` or another property that
+/// moves where its files go, which skade does not honour: nothing is written to it).
+pub const MAINTENANCE_SKIPPED_TABLES: &str = "skade_maintenance_skipped_tables";
 /// Snapshots in a table's metadata, label `table` (one series per catalog table; a
 /// dropped table's series is removed).
 pub const TABLE_SNAPSHOTS: &str = "skade_table_snapshots";
@@ -328,6 +336,7 @@ struct MaintenanceFamily {
     waiting_bytes: IntGauge,
     pass_duration: Histogram,
     errors: IntCounterVec,
+    skipped: IntGaugeVec,
     table_snapshots: IntGaugeVec,
     table_manifests: IntGaugeVec,
     table_data_files: IntGaugeVec,
@@ -396,6 +405,11 @@ impl MaintenanceFamily {
                 MAINTENANCE_ERRORS_TOTAL,
                 "Failed table maintenance jobs.",
                 "job",
+            ),
+            skipped: r.gauge_vec(
+                MAINTENANCE_SKIPPED_TABLES,
+                "Tables whose maintenance leaves something out to keep their data, by reason.",
+                "reason",
             ),
             table_snapshots: r.gauge_vec(
                 TABLE_SNAPSHOTS,
@@ -705,6 +719,15 @@ impl Metrics {
         self.maintenance.errors.with_label_values(&[job]).inc();
     }
 
+    /// Sets how many tables the last pass left partly unmaintained for `reason` (see
+    /// [`MAINTENANCE_SKIPPED_TABLES`]).
+    pub fn set_maintenance_skipped(&self, reason: &str, tables: usize) {
+        self.maintenance
+            .skipped
+            .with_label_values(&[reason])
+            .set(gauge_value(tables));
+    }
+
     /// Sets `table`'s snapshot, manifest and live data file counts.
     pub fn set_table_shape(
         &self,
@@ -914,7 +937,7 @@ mod tests {
             .schema(schema)
             .build();
         let ident = TableIdent::new(NamespaceIdent::new("ns".into()), "t".into());
-        let table = catalog.plan_table(&ident, creation).expect("plan");
+        let table = catalog.plan_table(&ident, creation).await.expect("plan");
         catalog
             .atomic_release(vec![Release::Create {
                 table,

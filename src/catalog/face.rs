@@ -245,12 +245,16 @@ impl Catalog for RedbCatalog {
             return Err(table_exists(&ident));
         }
         // The same table `plan_table` describes, written and inserted now.
-        let table = self.plan_table(&ident, creation)?;
+        let table = self.plan_table(&ident, creation).await?;
         let metadata_location = table.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&metadata_location)?;
         table.metadata().write_to(&self.file_io, &at).await?;
-        self.insert_pointer(&ident, metadata_location.clone())
-            .await?;
+        self.insert_pointer(
+            &ident,
+            metadata_location.clone(),
+            super::locations::claim_of(self, &table),
+        )
+        .await?;
         self.metadata.put(
             &table_key(&ident)?,
             &metadata_location,
@@ -362,7 +366,9 @@ impl Catalog for RedbCatalog {
             return Err(namespace_not_found(ident.namespace()));
         }
         let metadata = TableMetadata::read_from(&self.file_io, &metadata_location).await?;
-        self.insert_pointer(ident, metadata_location.clone())
+        // A registered table's files were not written for it here: no claim, never
+        // swept (`locations.rs`).
+        self.insert_pointer(ident, metadata_location.clone(), None)
             .await?;
         self.table_handle(ident.clone(), metadata_location, metadata)
     }

@@ -7,15 +7,19 @@
 //! happened, and metadata JSON that fell out of the metadata log.
 //!
 //! Referenced, and never removed: the current metadata JSON and every one in its metadata
-//! log; every snapshot's manifest list, every manifest those list, every data file those
-//! manifests name (whatever the entry's status); statistics files. References are
-//! gathered over *every* table before anything is removed, so tables that share a
-//! location protect each other's files, and a table whose metadata cannot be read stops
-//! the run with nothing removed.
+//! log; every snapshot's manifest list, every manifest those list (data and delete
+//! manifests), every file those manifests name whatever the entry's status (data files,
+//! position and equality delete files, the Puffin files of deletion vectors); statistics
+//! and partition statistics files. References are gathered over *every* table before
+//! anything is removed, and a table whose metadata cannot be read stops the run with
+//! nothing removed.
 //!
 //! A file is removed only when it is unreferenced AND older (by modification time) than
-//! the grace period. Only regular files directly or deeper under `<location>/data/` and
-//! `<location>/metadata/` of a catalog table are considered (objects under those
+//! the grace period, and lies under the location of a table that owns it
+//! ([`super::Ownership`]: skade created the table there and no other table, of this or
+//! another catalog name, or one dropped without purge, lies at, inside or around it).
+//! Only regular files directly or deeper under `<location>/data/` and
+//! `<location>/metadata/` of such a table are considered (objects under those
 //! prefixes on an S3 warehouse, aged by their `Last-Modified`; listing and removing go
 //! through `storage::file_store::FileStore`); anything else under the warehouse is left
 //! alone.
@@ -42,9 +46,9 @@ use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use tracing::{debug, info};
 
-use super::RedbCatalog;
 use super::manifest_cache::{self, ManifestCache};
 use super::warehouse::Warehouse;
+use super::{Ownership, RedbCatalog};
 use crate::storage::StorageError;
 pub(crate) use crate::storage::file_store::local_path;
 use crate::storage::file_store::{FileStore, NamedFile};
@@ -72,6 +76,9 @@ pub struct GcReport {
     pub removed_bytes: u64,
     /// Unreferenced files kept because they are younger than the grace period.
     pub young_orphans: usize,
+    /// Tables whose locations were not looked at: not created there by skade, or shared
+    /// with another table (`docs/maintenance.md`, "What cleanup may delete").
+    pub left_alone: Vec<String>,
     /// The options of the run.
     pub options: Option<GcOptions>,
 }
@@ -93,7 +100,16 @@ impl std::fmt::Display for GcReport {
             self.removed_bytes,
             self.young_orphans,
             humantime::format_duration(grace),
-        )
+        )?;
+        if !self.left_alone.is_empty() {
+            write!(
+                f,
+                "; left alone the locations of {} tables not their own ({})",
+                self.left_alone.len(),
+                self.left_alone.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -256,8 +272,8 @@ async fn collect_from(
     let tables = catalog.all_tables().await.map_err(catalog_error)?;
 
     let mut referenced = HashSet::new();
-    let mut locations = Vec::new();
     let mut walker = ReferenceWalker::default();
+    let mut loaded = Vec::with_capacity(tables.len());
     for ident in &tables {
         let table_error = |e| GcError::Table {
             table: ident.to_string(),
@@ -268,8 +284,27 @@ async fn collect_from(
             .references(&table, &mut referenced)
             .await
             .map_err(table_error)?;
-        // Only plain locations of the warehouse's storage are listed; the files of
-        // others stay referenced.
+        loaded.push(table);
+    }
+    // Only the locations tables own are listed (`catalog::locations`): the files of
+    // every other stay.
+    let ownership = catalog
+        .ownership(&loaded)
+        .await
+        .map_err(|e| GcError::Database(Box::new(e)))?;
+    let mut locations = Vec::new();
+    let mut left_alone = Vec::new();
+    for (table, ownership) in loaded.iter().zip(ownership) {
+        if ownership != Ownership::Owned {
+            info!(
+                table = %table.identifier(),
+                location = table.metadata().location(),
+                reason = ownership.skipped_reason().unwrap_or_default(),
+                "gc leaves this table's location alone: it is not the table's own"
+            );
+            left_alone.push(table.identifier().to_string());
+            continue;
+        }
         if let Some(location) = store.path_of(table.metadata().location())
             && !locations.contains(&location)
         {
@@ -280,6 +315,7 @@ async fn collect_from(
     let mut report = GcReport {
         tables: tables.len(),
         referenced_files: referenced.len(),
+        left_alone,
         options: Some(options),
         ..GcReport::default()
     };

@@ -62,6 +62,9 @@ pub(super) struct Flip {
     pub(super) table: String,
     /// Namespace keys (every level) to insert when absent; only for creates.
     pub(super) namespaces: Vec<String>,
+    /// The claim of the created table's location (key, table uuid), written with its
+    /// pointer (`locations.rs`); only for creates.
+    pub(super) claim: Option<(String, String)>,
     /// The producer's high-water mark this flip advances, in the same transaction.
     pub(super) mark: Option<MarkAdvance>,
 }
@@ -327,12 +330,18 @@ impl Committer {
             let mut tables = txn.open_table(TABLES).map_err(redb::Error::from)?;
             let mut namespaces = txn.open_table(NAMESPACES).map_err(redb::Error::from)?;
             let mut marks = MarkTables::open(&txn)?;
+            let mut claims = txn
+                .open_table(super::locations::LOCATION_CLAIMS)
+                .map_err(redb::Error::from)?;
             for request in batch {
-                if let Err(e) = check(&tables, &marks.marks, &request.flips)? {
+                if let Err(e) = check(&tables, &marks.marks, &claims, &request.flips)? {
                     outcomes.push(Err(e));
                     continue;
                 }
                 for flip in &request.flips {
+                    if let Some((location, uuid)) = &flip.claim {
+                        super::locations::claim_in(&mut claims, (location, uuid))?;
+                    }
                     if let Some(mark) = &flip.mark {
                         mark.apply(&mut marks)?;
                     }
@@ -378,15 +387,23 @@ impl Committer {
 }
 
 /// Checks every compare-and-swap of one release against the pointers as they stand in
-/// the open transaction, and that every writer mark it advances starts after the stored
-/// one. The outer error is storage; the inner one is this release's own failure (the
-/// first flip that does not hold).
+/// the open transaction, that every writer mark it advances starts after the stored
+/// one, and that no other table holds the location a create claims. The outer error is
+/// storage; the inner one is this release's own failure (the first flip that does not
+/// hold).
 fn check(
     tables: &Pointers<'_>,
     marks: &redb::Table<'_, &'static str, &'static [u8]>,
+    claims: &Pointers<'_>,
     flips: &[Flip],
 ) -> std::result::Result<Result<()>, redb::Error> {
     for flip in flips {
+        if let Some((location, uuid)) = &flip.claim
+            && let Some(held) = claims.get(location.as_str())?
+            && held.value() != uuid
+        {
+            return Ok(Err(location_taken(&flip.table, location)));
+        }
         if let Some(mark) = &flip.mark
             && let Err(e) = mark.check(marks)?
         {
@@ -400,6 +417,16 @@ fn check(
         }
     }
     Ok(Ok(()))
+}
+
+/// The failure of a create whose location another table claimed since it was planned.
+pub(super) fn location_taken(table: &str, location: &str) -> Error {
+    Error::new(
+        ErrorKind::DataInvalid,
+        format!(
+            "table {table}: location {location} was taken by another table while the create was prepared; create it again"
+        ),
+    )
 }
 
 /// One flip's compare-and-swap against `current`, the table's pointer as the committing

@@ -33,6 +33,7 @@ mod face;
 pub mod fault;
 pub mod gc;
 mod group_commit;
+mod locations;
 pub mod manifest_cache;
 pub mod marks;
 mod metadata_cache;
@@ -64,6 +65,7 @@ pub use counters::{CommitCounts, redb_commit_count};
 use error::{io_error, redb_error};
 pub use error::{is_lock_error, is_storage_failure};
 use group_commit::Committer;
+pub use locations::{OBJECT_STORAGE_PROPERTY, Ownership, PATH_PROPERTIES, check_file_paths};
 use metadata_cache::MetadataCache;
 pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
@@ -137,6 +139,8 @@ impl RedbCatalog {
         txn.open_table(NAMESPACES).map_err(redb_error)?;
         txn.open_table(TABLES).map_err(redb_error)?;
         marks::init(&txn).map_err(redb_error)?;
+        locations::init(&txn, &crate::storage::file_store::FileStore::of(&warehouse))
+            .map_err(redb_error)?;
         txn.commit().map_err(redb_error)?;
         Self::over(Store::Redb(db), warehouse, file_io, Arc::default())
     }

@@ -74,6 +74,9 @@ pub(super) struct PreparedCommit {
     new_location: String,
     /// Namespace keys (every level) to insert when absent; only for creates.
     namespaces: Vec<String>,
+    /// The claim of the table's location (key, table uuid) a create writes
+    /// (`locations.rs`); only for creates.
+    claim: Option<(String, String)>,
     /// The producer's high-water mark the commit advances ([`marks`]).
     mark: Option<marks::MarkAdvance>,
     table: Table,
@@ -157,19 +160,23 @@ impl RedbCatalog {
     }
 
     /// A handle for a table that does not exist yet: its metadata as `create_table` would
-    /// write it (location `<warehouse>/<namespace...>/<table>` unless the creation names
-    /// one), with nothing written and nothing in the catalog. Data files can be written
-    /// under its location and staged against it; [`Release::Create`] makes it real.
+    /// write it, with nothing written and nothing in the catalog. Data files can be
+    /// written under its location and staged against it; [`Release::Create`] makes it
+    /// real, and claims the location for it.
+    ///
+    /// The location is a free one (`locations.rs`): the creation's own, when no table
+    /// or claim lies at, inside or around it and nothing is stored under it; without
+    /// one, `<warehouse>/<namespace...>/<table>` when free, else that with a `-<uuid>`
+    /// suffix.
     ///
     /// # Errors
-    /// iceberg's error for an invalid creation (e.g. a bad schema or partition spec).
-    pub fn plan_table(&self, ident: &TableIdent, creation: TableCreation) -> Result<Table> {
-        let location = match &creation.location {
-            Some(location) => location.clone(),
-            None => self
-                .warehouse
-                .table_location(ident.namespace().as_ref(), ident.name()),
-        };
+    /// `DataInvalid` naming what uses the creation's location; iceberg's error for an
+    /// invalid creation (e.g. a bad schema or partition spec); the store's or the
+    /// storage's error looking at the location.
+    pub async fn plan_table(&self, ident: &TableIdent, creation: TableCreation) -> Result<Table> {
+        let location = self
+            .choose_location(ident, creation.location.as_deref())
+            .await?;
         let creation = TableCreation {
             name: ident.name().to_string(),
             location: Some(location.clone()),
@@ -196,6 +203,7 @@ impl RedbCatalog {
         }
         let key = table_key(&ident)?;
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        check_file_paths_after(&ident, planned.metadata(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
         // A planned table without snapshots has no refs (iceberg refuses a ref to a
@@ -222,6 +230,7 @@ impl RedbCatalog {
             base_location: None,
             new_location,
             namespaces,
+            claim: super::locations::claim_of(self, &planned),
             mark,
             table,
             written,
@@ -331,6 +340,7 @@ impl RedbCatalog {
         }
         let key = table_key(ident)?;
         let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        check_file_paths_after(ident, base.metadata(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
         let base_written = self.metadata.written(&key, &base_location);
         let (new_location, metadata, written) = self
@@ -342,6 +352,7 @@ impl RedbCatalog {
             base_location: Some(base_location),
             new_location,
             namespaces: Vec::new(),
+            claim: None,
             mark,
             table,
             written,
@@ -372,6 +383,7 @@ impl RedbCatalog {
                 new: p.new_location.clone(),
                 table: p.table.identifier().to_string(),
                 namespaces: p.namespaces.clone(),
+                claim: p.claim.clone(),
                 mark: p.mark.clone(),
             })
             .collect();
@@ -405,4 +417,29 @@ impl RedbCatalog {
     pub fn queued_commits(&self) -> usize {
         self.committer.queued()
     }
+}
+
+/// Checks that `metadata` with `updates` applied leaves the table's files where skade
+/// writes them ([`super::check_file_paths`]), before anything of the commit is written.
+///
+/// # Errors
+/// `FeatureUnsupported` naming the property.
+fn check_file_paths_after(
+    ident: &TableIdent,
+    metadata: &TableMetadata,
+    updates: &[TableUpdate],
+) -> Result<()> {
+    let mut properties = metadata.properties().clone();
+    for update in updates {
+        match update {
+            TableUpdate::SetProperties { updates } => properties.extend(updates.clone()),
+            TableUpdate::RemoveProperties { removals } => {
+                for key in removals {
+                    properties.remove(key);
+                }
+            }
+            _ => {}
+        }
+    }
+    super::check_file_paths(&ident.to_string(), &properties)
 }

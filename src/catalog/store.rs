@@ -323,8 +323,18 @@ impl RedbCatalog {
             .await
     }
 
-    /// Inserts a new table pointer (DDL: not a data commit).
-    pub(super) async fn insert_pointer(&self, ident: &TableIdent, location: String) -> Result<()> {
+    /// Inserts a new table pointer (DDL: not a data commit) and, when given, the claim
+    /// `(location key, table uuid)` of its location (`locations.rs`), in one transaction.
+    ///
+    /// # Errors
+    /// `TableAlreadyExists`; `DataInvalid` when another table claimed the location; the
+    /// store's error.
+    pub(super) async fn insert_pointer(
+        &self,
+        ident: &TableIdent,
+        location: String,
+        claim: Option<(String, String)>,
+    ) -> Result<()> {
         let key = table_key(ident)?;
         let id = ident.clone();
         let local = self.warehouse.local_path().map(Path::to_path_buf);
@@ -337,8 +347,9 @@ impl RedbCatalog {
                 })
                 .await?;
             }
+            let claim = claim.as_ref().map(|(l, u)| (l.as_str(), u.as_str()));
             return pg
-                .insert_pointer(ident.namespace().as_ref(), ident.name(), &location)
+                .insert_pointer(ident.namespace().as_ref(), ident.name(), &location, claim)
                 .await;
         }
         self.ddl(move |txn| {
@@ -350,6 +361,17 @@ impl RedbCatalog {
             if let Some(warehouse) = &local {
                 durable::sync_warehouse(warehouse)
                     .map_err(|e| io_error("sync warehouse", warehouse, e))?;
+            }
+            if let Some((claimed, uuid)) = &claim {
+                let mut claims = txn
+                    .open_table(super::locations::LOCATION_CLAIMS)
+                    .map_err(redb_error)?;
+                if !super::locations::claim_in(&mut claims, (claimed, uuid)).map_err(redb_error)? {
+                    return Err(super::group_commit::location_taken(
+                        &id.to_string(),
+                        claimed,
+                    ));
+                }
             }
             tables
                 .insert(key.as_str(), location.as_str())

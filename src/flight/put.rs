@@ -260,7 +260,12 @@ async fn open_table(
     first: Option<&RecordBatch>,
 ) -> Result<(iceberg::table::Table, bool), Error> {
     match svc.catalog.load_table(ident).await {
-        Ok(table) => Ok((table, false)),
+        Ok(table) => {
+            // Refused before any file is written: the commit would be too.
+            crate::catalog::check_file_paths(&ident.to_string(), table.metadata().properties())
+                .map_err(|e| Error::catalog(ident, e))?;
+            Ok((table, false))
+        }
         Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {
             svc.may_create_on_put(ident).await?;
             write::check_new_table(&ident.to_string(), schema, first)?;

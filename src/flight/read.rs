@@ -13,7 +13,9 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 
 /// The `FlightInfo` of `ident`: its Arrow schema, row count and Parquet bytes at the
-/// current snapshot (from the snapshot summary's `total-records` / `total-files-size`),
+/// current snapshot (from the snapshot summary's `total-records` / `total-files-size`;
+/// the row count is -1, unknown, when the summary does not say the table has no delete
+/// files: `total-records` counts rows that delete files hide),
 /// one endpoint whose ticket `DoGet` accepts, and as `app_metadata` the UTF-8 path of the
 /// current metadata JSON (the catalog's pointer), for handing to any Iceberg reader.
 ///
@@ -45,10 +47,26 @@ fn info_of(table: &Table) -> Result<FlightInfo, Error> {
         })?
         .with_descriptor(FlightDescriptor::new_path(names::path_of(ident)))
         .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(names::ticket_of(ident))))
-        .with_total_records(summary_total("total-records"))
+        .with_total_records(total_records(table))
         .with_total_bytes(summary_total("total-files-size"))
         .with_app_metadata(table.metadata_location().unwrap_or_default().to_string());
     Ok(info)
+}
+
+/// The rows a reader of `table`'s current snapshot gets, when the snapshot summary
+/// tells: its `total-records` when `total-delete-files` is 0 (Iceberg's summary counts
+/// every data file's rows, whatever delete files hide); -1 (unknown, as Flight's
+/// `total_records` allows) otherwise; 0 without a snapshot.
+fn total_records(table: &Table) -> i64 {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return 0;
+    };
+    let summary = &snapshot.summary().additional_properties;
+    let count = |key: &str| summary.get(key).and_then(|v| v.parse::<i64>().ok());
+    match (count("total-delete-files"), count("total-records")) {
+        (Some(0), Some(records)) => records,
+        _ => -1,
+    }
 }
 
 /// Streams the rows of `ident`'s current snapshot (schema only for a table with none).

@@ -551,6 +551,9 @@ async fn resolve(
             if definition.fail_if_exists {
                 return Err(exists(""));
             }
+            // Refused before any file is written: the commit would be too.
+            crate::catalog::check_file_paths(&ident.to_string(), table.metadata().properties())
+                .map_err(|e| Error::catalog(ident, e))?;
             (table, false)
         }
         Err(e) if e.kind() == ErrorKind::TableNotFound => {
@@ -576,6 +579,7 @@ async fn resolve(
             let planned = svc
                 .catalog
                 .plan_table(ident, creation)
+                .await
                 .map_err(|e| Error::catalog(ident, e))?;
             (planned, true)
         }

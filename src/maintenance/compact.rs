@@ -30,6 +30,7 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::deletes::DeleteIndex;
 use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use super::project::project;
 use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
@@ -85,10 +86,20 @@ fn tier(bytes: u64) -> u32 {
     bytes.max(1).ilog2() / 2
 }
 
+/// What [`rewrite`] did: the rewrite, when a run qualified, and how many live data
+/// files it left alone because a live delete file may apply to them.
+#[derive(Debug, Default)]
+pub(crate) struct Rewriting {
+    pub(crate) rewrite: Option<Rewrite>,
+    /// Live data files of the default spec held back by delete files ([`DeleteIndex`]).
+    pub(crate) held_by_deletes: usize,
+}
+
 /// Chooses the inputs of the next compaction of `table` (whose current manifests are
-/// `manifests`) and writes their rows as one new file; `None` when no run qualifies or
-/// the table is not a format v2 unpartitioned table. Only files of the current
-/// (unpartitioned) spec are inputs.
+/// `manifests`) and writes their rows as one new file; no rewrite when no run qualifies
+/// or the table is not a format v2 unpartitioned table. Only files of the current
+/// (unpartitioned) spec are inputs, and never a file a live delete file may apply to
+/// ([`DeleteIndex`]: rewritten, its deleted rows would come back).
 ///
 /// With `budget`, each run holds [`run_reservation`] bytes of it while it is rewritten.
 ///
@@ -101,16 +112,17 @@ pub(crate) async fn rewrite(
     target_file_bytes: u64,
     cache: &mut ManifestCache,
     budget: Option<&MemoryBudget>,
-) -> Result<Option<Rewrite>> {
+) -> Result<Rewriting> {
     let metadata = table.metadata();
     // A partitioned table is not compacted (a rewritten file must never mix partitions);
     // neither are files an earlier spec wrote (their manifests carry that spec).
     if metadata.format_version() != FormatVersion::V2
         || !metadata.default_partition_spec().fields().is_empty()
     {
-        return Ok(None);
+        return Ok(Rewriting::default());
     }
-    let live = live_files(table, manifests, cache).await?;
+    let deletes = delete_index(table, manifests, cache).await?;
+    let (live, held_by_deletes) = live_files(table, manifests, &deletes, cache).await?;
     let runs = choose_runs(live, target_file_bytes);
     let target = table_arrow_schema(table).map_err(to_iceberg)?;
     let mut inputs = Vec::new();
@@ -121,33 +133,70 @@ pub(crate) async fn rewrite(
             inputs.extend(run);
         }
     }
-    if outputs.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(Rewrite { inputs, outputs }))
+    let rewrite = (!outputs.is_empty()).then_some(Rewrite { inputs, outputs });
+    Ok(Rewriting {
+        rewrite,
+        held_by_deletes,
+    })
 }
 
-/// The live data files of the default spec that `manifests` list, in path order (the
-/// order files were written in, so a run's rows stay in write order).
-async fn live_files(
+/// The live delete files `manifests` list, indexed by what they may apply to.
+///
+/// # Errors
+/// As [`DeleteIndex::of`].
+async fn delete_index(
     table: &Table,
     manifests: &[ManifestFile],
     cache: &mut ManifestCache,
-) -> Result<Vec<DataFile>> {
+) -> Result<DeleteIndex> {
+    let metadata = table.metadata();
+    DeleteIndex::of(
+        table.file_io(),
+        manifests,
+        |spec_id| {
+            metadata
+                .partition_spec_by_id(spec_id)
+                .map(|spec| spec.fields().is_empty())
+        },
+        cache,
+    )
+    .await
+}
+
+/// The live data files of the default spec that `manifests` list and no live delete
+/// file may apply to, in path order (the order files were written in, so a run's rows
+/// stay in write order), and how many were left out for a delete.
+///
+/// # Errors
+/// iceberg's error for a manifest that cannot be read; `DataInvalid` for an entry
+/// without a sequence number.
+async fn live_files(
+    table: &Table,
+    manifests: &[ManifestFile],
+    deletes: &DeleteIndex,
+    cache: &mut ManifestCache,
+) -> Result<(Vec<DataFile>, usize)> {
     let spec_id = table.metadata().default_partition_spec_id();
     let mut live: Vec<DataFile> = Vec::new();
+    let mut held = 0;
     for manifest in manifests {
         if manifest.content != ManifestContentType::Data || manifest.partition_spec_id != spec_id {
             continue;
         }
         for entry in cache.manifest(table.file_io(), manifest).await?.entries() {
-            if entry.is_alive() {
+            if !entry.is_alive() {
+                continue;
+            }
+            let (_, sequence) = entry_ids(entry, manifest)?;
+            if deletes.may_apply(spec_id, sequence, entry.data_file()) {
+                held += 1;
+            } else {
                 live.push(entry.data_file().clone());
             }
         }
     }
     live.sort_by(|a, b| a.file_path().cmp(b.file_path()));
-    Ok(live)
+    Ok((live, held))
 }
 
 /// The runs of the next compaction job among `live` (module docs): consecutive small
@@ -340,7 +389,9 @@ fn to_iceberg(e: crate::write::WriteError) -> Error {
 }
 
 /// Builds the `replace` commit of `rewrite` on `table` (the current table, read under
-/// the commit turn): `None` when an input is no longer live (the attempt is dropped).
+/// the commit turn): `None` when an input is no longer live, or a delete file committed
+/// since the rewrite may apply to one (the attempt is dropped: committed, it would bring
+/// the deleted rows back).
 ///
 /// # Errors
 /// iceberg's error for a manifest that cannot be read or written.
@@ -353,11 +404,15 @@ pub(crate) async fn commit_plan(
     let Some(current) = table.metadata().current_snapshot() else {
         return Ok(None);
     };
+    let deletes = delete_index(table, manifests, cache).await?;
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();
-    let Some(mut out) =
-        without_inputs(table, manifests, rewrite, snapshot_id, commit_uuid, cache).await?
-    else {
+    let written = Replacing {
+        snapshot_id,
+        commit_uuid,
+        deletes: &deletes,
+    };
+    let Some(mut out) = without_inputs(table, manifests, rewrite, &written, cache).await? else {
         return Ok(None);
     };
     let added_path = format!(
@@ -386,10 +441,18 @@ pub(crate) async fn commit_plan(
     }))
 }
 
+/// The snapshot a compaction commit writes, and the delete files of the table it is
+/// built on.
+struct Replacing<'a> {
+    snapshot_id: i64,
+    commit_uuid: uuid::Uuid,
+    deletes: &'a DeleteIndex,
+}
+
 /// `manifests` with `rewrite`'s inputs marked `DELETED`: each data manifest holding an
 /// input is rewritten (other entries carried as `EXISTING`, deleted ones dropped), the
-/// rest kept as they are. `None` when an input is no longer live (the attempt is
-/// dropped).
+/// rest kept as they are. `None` when an input is no longer live, or a live delete file
+/// may apply to one (the attempt is dropped).
 ///
 /// # Errors
 /// iceberg's error for a manifest that cannot be read or written; `DataInvalid` for an
@@ -398,10 +461,14 @@ async fn without_inputs(
     table: &Table,
     manifests: &[ManifestFile],
     rewrite: &Rewrite,
-    snapshot_id: i64,
-    commit_uuid: uuid::Uuid,
+    replacing: &Replacing<'_>,
     cache: &mut ManifestCache,
 ) -> Result<Option<Vec<ManifestFile>>> {
+    let Replacing {
+        snapshot_id,
+        commit_uuid,
+        deletes,
+    } = *replacing;
     let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
     let mut out = Vec::with_capacity(manifests.len() + 1);
     let (mut found, mut written) = (0usize, 0usize);
@@ -411,11 +478,17 @@ async fn without_inputs(
             continue;
         }
         let loaded = cache.manifest(table.file_io(), manifest).await?;
-        let hits = loaded
-            .entries()
-            .iter()
-            .filter(|e| e.is_alive() && inputs.contains(e.file_path()))
-            .count();
+        let mut hits = 0;
+        for entry in loaded.entries() {
+            if !entry.is_alive() || !inputs.contains(entry.file_path()) {
+                continue;
+            }
+            let (_, sequence) = entry_ids(entry, manifest)?;
+            if deletes.may_apply(manifest.partition_spec_id, sequence, entry.data_file()) {
+                return Ok(None);
+            }
+            hits += 1;
+        }
         if hits == 0 {
             out.push(manifest.clone());
             continue;

@@ -31,6 +31,7 @@
 
 pub mod cleanup;
 pub mod compact;
+mod deletes;
 pub mod expire;
 mod file_map;
 pub mod merge;
@@ -48,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::catalog::gc::GcError;
-use crate::catalog::{CommitTarget, CommitTurns, Outcome, RedbCatalog, Staged};
+use crate::catalog::{CommitTarget, CommitTurns, Outcome, Ownership, RedbCatalog, Staged};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
 use crate::storage::file_store::FileStore;
@@ -143,6 +144,9 @@ pub struct Maintainer {
     state: tokio::sync::Mutex<State>,
     /// Compaction jobs run one at a time (inside a pass, or in their own task).
     compaction: tokio::sync::Mutex<CompactionState>,
+    /// Tables left unmaintained because they set a property that moves their files
+    /// ([`crate::catalog::check_file_paths`]); each logged once.
+    moved_files: std::sync::Mutex<HashSet<String>>,
 }
 
 /// What compaction keeps across its jobs.
@@ -153,6 +157,9 @@ struct CompactionState {
     manifests: crate::catalog::manifest_cache::ManifestCache,
     /// Table → the current snapshot id when compaction last found nothing to do.
     compacted: HashMap<String, i64>,
+    /// Tables whose last compaction left data files alone because a live delete file
+    /// may apply to them (each logged once, when it joins).
+    held_by_deletes: HashSet<String>,
 }
 
 #[derive(Debug, Default)]
@@ -167,6 +174,8 @@ struct State {
     /// Whether the last sweep left unreferenced files waiting for their grace period, or
     /// a directory listing running (so the sweep that judges it comes soon).
     waiting: bool,
+    /// Tables cleanup does not sweep, and why (each logged once).
+    unswept: HashMap<String, Ownership>,
     /// Files removed, not yet in the log.
     removed_log: tally::Tally,
     /// Files removed before their grace period ended, not yet in the log.
@@ -185,6 +194,7 @@ impl Maintainer {
             budget: None,
             state: tokio::sync::Mutex::default(),
             compaction: tokio::sync::Mutex::default(),
+            moved_files: std::sync::Mutex::default(),
         }
     }
 
@@ -394,6 +404,9 @@ impl Maintainer {
         let Some(table) = self.load_live(ident).await? else {
             return Ok(None);
         };
+        if self.moves_its_files(&table) {
+            return Ok(None);
+        }
         // What the table references now (every snapshot's manifest list and manifests,
         // the current one's among them) is read and parsed before the commit turn is
         // taken, so the turn waits only for what the appends of the next moment add.
@@ -584,6 +597,9 @@ impl Maintainer {
         let Some(table) = self.load_live(ident).await? else {
             return Ok(());
         };
+        if self.moves_its_files(&table) {
+            return Ok(());
+        }
         if !self
             .catalog
             .maintains(ident)
@@ -628,6 +644,9 @@ impl Maintainer {
         let live: HashSet<String> = idents.iter().map(ToString::to_string).collect();
         let mut state = self.compaction.lock().await;
         state.compacted.retain(|name, _| live.contains(name));
+        state.held_by_deletes.retain(|name| live.contains(name));
+        self.metrics
+            .set_maintenance_skipped("delete_files", state.held_by_deletes.len());
         state.manifests.forget_unused();
     }
 
@@ -649,15 +668,16 @@ impl Maintainer {
         }
         let cache = &mut state.manifests;
         let manifests = cache.current(&table).await?;
-        let Some(rewrite) = compact::rewrite(
+        let rewriting = compact::rewrite(
             &table,
             &manifests,
             crate::write::target_file_size(&table, self.target_file_bytes),
             cache,
             self.budget.as_ref(),
         )
-        .await?
-        else {
+        .await?;
+        self.note_held_by_deletes(&name, rewriting.held_by_deletes, state);
+        let Some(rewrite) = rewriting.rewrite else {
             state.compacted.insert(name, current);
             return Ok(());
         };
@@ -690,6 +710,52 @@ impl Maintainer {
             Err(e) => return Err(e),
         }
         Ok(())
+    }
+
+    /// Whether `table` sets a property that moves its files elsewhere than skade writes
+    /// them ([`crate::catalog::check_file_paths`]): then no maintenance job runs on it (each
+    /// would write files where the table's owner did not ask, and the commit is refused).
+    /// Logged once per table, counted in [`crate::metrics::MAINTENANCE_SKIPPED_TABLES`]
+    /// (`write_path_property`).
+    fn moves_its_files(&self, table: &Table) -> bool {
+        let name = table.identifier().to_string();
+        let refused = crate::catalog::check_file_paths(&name, table.metadata().properties());
+        let mut moved = self
+            .moved_files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = match &refused {
+            Ok(()) => moved.remove(&name),
+            Err(e) => {
+                let joined = moved.insert(name.clone());
+                if joined {
+                    warn!(table = %name, reason = %e, "maintenance leaves this table alone");
+                }
+                joined
+            }
+        };
+        if changed {
+            self.metrics
+                .set_maintenance_skipped("write_path_property", moved.len());
+        }
+        refused.is_err()
+    }
+
+    /// Records that compaction left `held` data files of table `name` alone for live
+    /// delete files: logged once when the table joins the set, counted in
+    /// [`crate::metrics::MAINTENANCE_SKIPPED_TABLES`] (`delete_files`).
+    fn note_held_by_deletes(&self, name: &str, held: usize, state: &mut CompactionState) {
+        if held == 0 {
+            state.held_by_deletes.remove(name);
+        } else if state.held_by_deletes.insert(name.to_string()) {
+            warn!(
+                table = %name,
+                files = held,
+                "compaction leaves data files that live delete files may apply to: rewritten, their deleted rows would come back"
+            );
+        }
+        self.metrics
+            .set_maintenance_skipped("delete_files", state.held_by_deletes.len());
     }
 
     /// Runs one maintenance commit of `table` through the catalog's commit driver, under
@@ -752,6 +818,13 @@ impl Maintainer {
             state.manifests.remove(&name);
             self.metrics.forget_table(&name);
         }
+        let mut moved = self
+            .moved_files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        moved.retain(|name| live.contains(name));
+        self.metrics
+            .set_maintenance_skipped("write_path_property", moved.len());
     }
 
     /// Cleanup over every table, when a table changed since the last sweep or files wait
@@ -780,11 +853,10 @@ impl Maintainer {
         if !self.catalog.sweeps().await.map_err(lease_failed)? {
             return Ok(());
         }
-        let mut tables = Vec::with_capacity(idents.len());
-        let mut locations = HashMap::with_capacity(idents.len());
+        let mut loaded = Vec::with_capacity(idents.len());
         for ident in idents {
-            let table = match self.catalog.load_table(ident).await {
-                Ok(table) => table,
+            match self.catalog.load_table(ident).await {
+                Ok(table) => loaded.push(table),
                 Err(e) if e.kind() == ErrorKind::TableNotFound => continue,
                 Err(e) => {
                     return Err(MaintenanceError::Job {
@@ -793,25 +865,15 @@ impl Maintainer {
                         source: Box::new(e),
                     });
                 }
-            };
-            let properties = table.metadata().properties();
-            let sweep = table
-                .metadata()
-                .table_properties()
-                .map(|p| p.gc_enabled)
-                .unwrap_or(false);
-            let delete_metadata = properties
-                .get(DELETE_AFTER_COMMIT_PROPERTY)
-                .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
-            if let Some(location) = table.metadata_location() {
-                locations.insert(ident.to_string(), location.to_string());
             }
-            tables.push(SweptTable {
-                table,
-                sweep,
-                delete_metadata,
-            });
         }
+        let locations: HashMap<String, String> = loaded
+            .iter()
+            .filter_map(|table| {
+                let location = table.metadata_location()?;
+                Some((table.identifier().to_string(), location.to_string()))
+            })
+            .collect();
         // After a change, or while files wait or a listing runs, a sweep runs at most
         // every tenth of the shortest grace period (removals, and the judging of a
         // listing that ended, are then at most that late), and at least every
@@ -832,6 +894,40 @@ impl Maintainer {
         if !due {
             return Ok(());
         }
+        // Only a location a table owns is swept (`catalog::locations`).
+        let ownership =
+            self.catalog
+                .ownership(&loaded)
+                .await
+                .map_err(|e| MaintenanceError::Job {
+                    table: "*".to_string(),
+                    job: "cleanup",
+                    source: Box::new(e),
+                })?;
+        self.note_unswept(&loaded, &ownership, state);
+        let tables: Vec<SweptTable> = loaded
+            .into_iter()
+            .zip(ownership)
+            .map(|(table, ownership)| {
+                let metadata = table.metadata();
+                // A table whose files may lie elsewhere is not swept either.
+                let sweep = ownership == Ownership::Owned
+                    && crate::catalog::check_file_paths("", metadata.properties()).is_ok()
+                    && metadata
+                        .table_properties()
+                        .map(|p| p.gc_enabled)
+                        .unwrap_or(false);
+                let delete_metadata = metadata
+                    .properties()
+                    .get(DELETE_AFTER_COMMIT_PROPERTY)
+                    .is_none_or(|v| !v.trim().eq_ignore_ascii_case("false"));
+                SweptTable {
+                    table,
+                    sweep,
+                    delete_metadata,
+                }
+            })
+            .collect();
         let oldest_pin = self
             .catalog
             .oldest_write_pin_anywhere()
@@ -867,6 +963,43 @@ impl Maintainer {
             "swept"
         );
         Ok(())
+    }
+
+    /// Logs each table cleanup does not sweep for its location's sake once (when it
+    /// starts being left out, or its reason changes), and sets
+    /// [`crate::metrics::MAINTENANCE_SKIPPED_TABLES`] by reason.
+    fn note_unswept(&self, tables: &[Table], ownership: &[Ownership], state: &mut State) {
+        let mut unswept = HashMap::new();
+        for (table, ownership) in tables.iter().zip(ownership) {
+            if *ownership == Ownership::Owned {
+                continue;
+            }
+            let name = table.identifier().to_string();
+            if state.unswept.get(&name) != Some(ownership) {
+                match ownership {
+                    Ownership::Shared { with } => info!(
+                        table = %name,
+                        location = table.metadata().location(),
+                        with = %with,
+                        "cleanup leaves this table's location alone: another table uses it"
+                    ),
+                    _ => info!(
+                        table = %name,
+                        location = table.metadata().location(),
+                        "cleanup leaves this table's location alone: skade did not create the table there (registered, or created by another engine)"
+                    ),
+                }
+            }
+            unswept.insert(name, ownership.clone());
+        }
+        for reason in ["location_not_owned", "location_shared"] {
+            let tables = unswept
+                .values()
+                .filter(|o| o.skipped_reason() == Some(reason))
+                .count();
+            self.metrics.set_maintenance_skipped(reason, tables);
+        }
+        state.unswept = unswept;
     }
 
     /// Waits for the last sweep's removals (when there are any not yet collected),

@@ -134,6 +134,7 @@ pub(super) async fn create_table(
     };
     let planned = catalog
         .plan_table(&ident, creation)
+        .await
         .map_err(|e| RestError::of_table(&ident, e))?;
     super::validate::check_new_table(&ident.to_string(), planned.metadata())?;
     let target = CommitTarget::Create(planned);

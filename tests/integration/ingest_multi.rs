@@ -336,7 +336,8 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
             .name(name.to_string())
             .schema(schema)
             .build();
-        f.catalog.plan_table(&fresh(name), creation).unwrap()
+        let (catalog, ident) = (f.catalog.clone(), fresh(name));
+        async move { catalog.plan_table(&ident, creation).await.unwrap() }
     };
     let stage = |table: Table, groups| async move {
         let data_files = write::encode_and_write_files(
@@ -356,8 +357,8 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
     };
 
     // A flush that fails: t2 exists by the time the pointers flip.
-    let t1 = plan("t1");
-    let t2 = plan("t2");
+    let t1 = plan("t1").await;
+    let t2 = plan("t2").await;
     let staged = vec![
         stage(t1.clone(), groups_for(&t1, 0)).await,
         stage(t2.clone(), groups_for(&t2, 0)).await,
@@ -375,7 +376,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
     assert_eq!(f.catalog.commit_count(), 0);
 
     // A flush that succeeds creates t3 (and t4's namespace) with its one snapshot.
-    let t3 = plan("t3");
+    let t3 = plan("t3").await;
     let nested = TableIdent::new(
         NamespaceIdent::from_vec(vec!["deep".into(), "er".into()]).unwrap(),
         "t4".into(),
@@ -390,6 +391,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
                 .schema(schema)
                 .build(),
         )
+        .await
         .unwrap();
     let staged = vec![
         stage(t3.clone(), groups_for(&t3, 1)).await,

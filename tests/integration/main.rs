@@ -18,6 +18,7 @@ mod concurrency;
 mod evolved_compaction;
 mod exactly_once;
 mod flight_sql;
+mod foreign_changes;
 mod gc;
 mod ingest_multi;
 mod ingest_overlap;

@@ -171,7 +171,14 @@ async fn instances_starting_together_create_the_schema_once() {
     for catalog in &catalogs {
         assert!(catalog.is_ok(), "{:?}", catalog.as_ref().err());
     }
-    assert_eq!(psql(&url, "SELECT count(*) FROM skade_schema_version"), "1");
+    // One row per step (two steps), none twice.
+    assert_eq!(
+        psql(
+            &url,
+            "SELECT count(*) || '/' || count(DISTINCT version) FROM skade_schema_version"
+        ),
+        "2/2"
+    );
     assert_eq!(
         psql(
             &url,

@@ -202,6 +202,19 @@ impl PgStore {
                         ));
                         break;
                     }
+                    if let Some((location, uuid)) = &flip.claim {
+                        let claimed = savepoint
+                            .execute(super::locations::INSERT_CLAIM, &[location, &catalog, uuid])
+                            .await
+                            .map_err(|e| self.error(e))?;
+                        if claimed == 0 {
+                            refused = Some(crate::catalog::group_commit::location_taken(
+                                &flip.table,
+                                location,
+                            ));
+                            break;
+                        }
+                    }
                     for level in &flip.namespaces {
                         let level = namespace_string(&split_key(level))?;
                         savepoint

@@ -23,6 +23,7 @@
 
 mod batch;
 pub mod cluster;
+mod locations;
 mod rows;
 mod schema;
 mod tls;

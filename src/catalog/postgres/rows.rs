@@ -359,19 +359,23 @@ impl PgStore {
             .collect())
     }
 
-    /// Inserts a table's first pointer.
+    /// Inserts a table's first pointer and, when given, the claim `(location key, table
+    /// uuid)` of its location, in one transaction.
     ///
     /// # Errors
-    /// `TableAlreadyExists` when a row (table or view) holds the name.
+    /// `TableAlreadyExists` when a row (table or view) holds the name; `DataInvalid` when
+    /// another table claimed the location.
     pub(crate) async fn insert_pointer(
         &self,
         levels: &[String],
         name: &str,
         location: &str,
+        claim: Option<(&str, &str)>,
     ) -> Result<()> {
         let ns = namespace_string(levels)?;
-        let client = self.client().await?;
-        let inserted = client
+        let mut client = self.client().await?;
+        let txn = client.transaction().await.map_err(|e| self.error(e))?;
+        let inserted = txn
             .execute(INSERT_TABLE, &[&self.catalog, &ns, &name, &location])
             .await
             .map_err(|e| self.error(e))?;
@@ -381,7 +385,22 @@ impl PgStore {
                 format!("table {ns}.{name} already exists"),
             ));
         }
-        Ok(())
+        if let Some((key, uuid)) = claim {
+            let claimed = txn
+                .execute(
+                    super::locations::INSERT_CLAIM,
+                    &[&key, &self.catalog, &uuid],
+                )
+                .await
+                .map_err(|e| self.error(e))?;
+            if claimed == 0 {
+                return Err(crate::catalog::group_commit::location_taken(
+                    &format!("{ns}.{name}"),
+                    key,
+                ));
+            }
+        }
+        txn.commit().await.map_err(|e| self.error(e))
     }
 
     /// Removes a table's row — only while its pointer is `expected`, when given. Returns

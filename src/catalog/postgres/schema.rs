@@ -56,6 +56,24 @@ const STEPS: &[&str] = &[
         heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),
         oldest_pin_ms BIGINT,
         PRIMARY KEY (catalog_name, instance_id));",
+    // 2: which table skade created at which location (`catalog/locations.rs`), one row
+    // per location across every catalog name. The tables that exist when the step runs
+    // get a row without a uuid: the first sweep that finds a table there adopts it.
+    "CREATE TABLE skade_table_locations (
+        location VARCHAR(1000) PRIMARY KEY,
+        catalog_name VARCHAR(255) NOT NULL,
+        table_uuid VARCHAR(36),
+        claimed_at TIMESTAMPTZ NOT NULL DEFAULT now());
+     INSERT INTO skade_table_locations (location, catalog_name, table_uuid)
+        SELECT DISTINCT ON (location) location, catalog_name, NULL FROM (
+            SELECT regexp_replace(regexp_replace(metadata_location,
+                       '/metadata/[^/]*$', ''), '^file:(//)?', '') AS location,
+                   catalog_name
+            FROM iceberg_tables
+            WHERE metadata_location ~ '/metadata/[^/]*$'
+              AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)) AS existing
+        ORDER BY location, catalog_name
+        ON CONFLICT DO NOTHING;",
 ];
 
 /// Creates the tables or applies the steps the database lacks.

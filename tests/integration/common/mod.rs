@@ -3,6 +3,7 @@
 //! PostgreSQL cluster for the shared-catalog tests.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod foreign;
 pub mod postgres;
 
 use std::path::{Path, PathBuf};
