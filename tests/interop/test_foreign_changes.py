@@ -133,8 +133,11 @@ def test_rows_another_engine_deleted_stay_deleted_through_maintenance(
         assert flight_total_records(server, "fd", "t") == -1
         assert metric(server, "skade_maintenance_skipped_tables",
                       'reason="delete_files"') == 1
-        assert duckdb_ids(server, "fd.t") == expected
-        if not equality:  # pyiceberg 0.12 cannot read equality deletes
+        # pyiceberg 0.12 cannot read equality deletes (iceberg-python #3270); DuckDB 1.4.4's
+        # iceberg extension fails on them with an internal error ("Expected vector of type
+        # INT32, but found vector of type INT64"), on pyiceberg's own tables too.
+        if not equality:
+            assert duckdb_ids(server, "fd.t") == expected
             rest = rest_catalog(server)
             assert ids_of(rest.load_table("fd.t").scan().to_arrow()) == expected
             engine = sql_catalog(database, warehouse)
@@ -142,11 +145,14 @@ def test_rows_another_engine_deleted_stay_deleted_through_maintenance(
                 assert ids_of(engine.load_table("fd.t").scan().to_arrow()) == expected
             finally:
                 engine.close()
-        # More puts: compaction goes on for the files no delete applies to.
+        # More puts: compaction goes on for the files no delete applies to (a run is at
+        # least five files; the old files' run, with position deletes, was one already).
+        before = metric(server, "skade_files_rewritten_total", 'kind="data"')
         for i in range(10, 16):
             put(server.flight_uri, ("fd", "t"), id_table(range(i * 10, i * 10 + 10), "flight"))
         wait_for("the new files compacted",
-                 lambda: metric(server, "skade_files_rewritten_total", 'kind="data"') >= 6)
+                 lambda: metric(server, "skade_files_rewritten_total", 'kind="data"')
+                 >= before + 5)
         assert do_get_ids(server, "fd", "t") == expected + list(range(100, 160))
 
 
@@ -259,11 +265,14 @@ def test_properties_that_move_files_are_refused_by_name(tmp_path, postgres_datab
                 tx.set_properties({prop: elsewhere})
         finally:
             engine.close()
-        with pytest.raises(flight.FlightError, match=prop):
+        # (pyiceberg honours write.metadata.path: its own commit wrote there.)
+        theirs = files_under(Path(elsewhere)) if Path(elsewhere).exists() else set()
+        with pytest.raises((flight.FlightError, pa.ArrowNotImplementedError), match=prop):
             put(server.flight_uri, ("pp", "u"), id_table(range(5, 10), "x"))
         assert do_get_ids(server, "pp", "u") == list(range(5))
         wait_for("the table left out of maintenance",
                  lambda: metric(server, "skade_maintenance_skipped_tables",
                                 'reason="write_path_property"') == 1)
-        assert not Path(elsewhere).exists()
+        mine = files_under(Path(elsewhere)) if Path(elsewhere).exists() else set()
+        assert mine == theirs, "skade wrote where the property points"
         del table
