@@ -189,16 +189,16 @@ impl StorageConfig {
     pub fn warehouse(
         &self,
         data_dir: &std::path::Path,
-    ) -> iceberg::Result<crate::catalog::Warehouse> {
-        let options = crate::catalog::S3Options {
+    ) -> iceberg::Result<crate::storage::Warehouse> {
+        let options = crate::storage::S3Options {
             endpoint: self.s3_endpoint.clone(),
             region: self.s3_region.clone(),
             path_style_access: self.s3_path_style_access,
             vend_credentials: self.s3_vend_credentials,
         };
         match &self.warehouse {
-            Some(location) => crate::catalog::Warehouse::parse(location, options),
-            None => Ok(crate::catalog::Warehouse::Local(data_dir.join("warehouse"))),
+            Some(location) => crate::storage::Warehouse::parse(location, options),
+            None => Ok(crate::storage::Warehouse::Local(data_dir.join("warehouse"))),
         }
     }
 }

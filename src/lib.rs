@@ -338,7 +338,7 @@ fn load_security(config: &Config) -> Result<Security, StartError> {
 /// opening the catalog; [`StartError::Serve`] when SIGHUP cannot be listened for.
 async fn open_service(
     config: &Config,
-    warehouse: catalog::Warehouse,
+    warehouse: storage::Warehouse,
     tokens: Option<Arc<auth::Tokens>>,
 ) -> Result<Arc<Service>, StartError> {
     let metrics = Metrics::new();
@@ -527,7 +527,7 @@ fn local_addr(
 /// nothing on disk.
 fn open_catalog(
     data_dir: &std::path::Path,
-    warehouse: catalog::Warehouse,
+    warehouse: storage::Warehouse,
 ) -> Result<RedbCatalog, StartError> {
     let catalog_path = data_dir.join("catalog.redb");
     let existed = data_dir.exists();

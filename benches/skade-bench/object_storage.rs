@@ -19,10 +19,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use skade::catalog::{S3Options, Warehouse};
 use skade::config::MaintenanceConfig;
 use skade::maintenance::Maintainer;
 use skade::metrics::Metrics;
+use skade::storage::{S3Options, Warehouse};
 
 use crate::common::*;
 

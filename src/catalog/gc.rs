@@ -47,11 +47,11 @@ use iceberg::table::Table;
 use tracing::{debug, info};
 
 use super::manifest_cache::{self, ManifestCache};
-use super::warehouse::Warehouse;
 use super::{Ownership, RedbCatalog};
 use crate::storage::StorageError;
-pub(crate) use crate::storage::file_store::local_path;
+use crate::storage::Warehouse;
 use crate::storage::file_store::{FileStore, NamedFile};
+use crate::storage::warehouse::local_path;
 
 /// What [`collect_garbage`] should do.
 #[derive(Debug, Clone, Copy)]

@@ -293,7 +293,7 @@ impl Written {
         let files: Arc<[PathBuf]> = manifest
             .entries()
             .iter()
-            .map(|e| crate::storage::file_store::local_path(e.file_path()))
+            .map(|e| crate::storage::warehouse::local_path(e.file_path()))
             .collect();
         let added = files.len();
         let replaced = self

@@ -44,7 +44,6 @@ mod purge;
 mod release;
 mod shared;
 mod store;
-pub mod warehouse;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,6 +55,7 @@ use iceberg::table::Table;
 use iceberg::{Result, TableIdent};
 use redb::Database;
 
+use crate::storage::Warehouse;
 pub use blocking::run_blocking_io;
 pub use commit::{
     COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome,
@@ -71,7 +71,6 @@ pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
 pub use release::{CommitPause, Release, ReleaseEntry};
 use store::{KEY_SEP, NAMESPACES, TABLES};
-pub use warehouse::{S3Options, Warehouse};
 
 /// Where a catalog's durable state — namespaces, table pointers, producers' marks — lives:
 /// the embedded redb file (the default) or a shared PostgreSQL database in the Iceberg

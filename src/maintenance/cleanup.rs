@@ -61,10 +61,11 @@ use std::time::{Duration, Instant, SystemTime};
 use iceberg::table::Table;
 
 use super::file_map::{FileKey, FileMap};
-use crate::catalog::gc::{GcError, ReferenceWalker, local_path};
+use crate::catalog::gc::{GcError, ReferenceWalker};
 use crate::catalog::manifest_cache::ManifestCache;
 use crate::storage::StorageError;
 use crate::storage::file_store::{FileStore, NamedFile, StoredFile};
+use crate::storage::warehouse::local_path;
 
 /// Table property: remove metadata JSON files that fall out of the metadata log
 /// (Iceberg's; skade's default is `true`, Iceberg Java's `false`).

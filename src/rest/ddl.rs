@@ -321,7 +321,7 @@ fn check_new_name(ns: &NamespaceIdent, table: Option<&str>) -> Result<(), RestEr
 /// A requested table location, accepted only as a plain absolute path under the
 /// warehouse (`file://` stripped): purge removes files under it, so it must not name
 /// anything else on the server.
-fn location_in(warehouse: &crate::catalog::Warehouse, location: &str) -> Result<String, RestError> {
+fn location_in(warehouse: &crate::storage::Warehouse, location: &str) -> Result<String, RestError> {
     let Some(warehouse) = warehouse.local_path() else {
         // An object-store warehouse: a location below its root, without `..`.
         let root = format!("{}/", warehouse.root().trim_end_matches('/'));
@@ -333,7 +333,7 @@ fn location_in(warehouse: &crate::catalog::Warehouse, location: &str) -> Result<
         }
         return Ok(location.to_string());
     };
-    let path = crate::catalog::gc::local_path(location.trim_end_matches('/'));
+    let path = crate::storage::warehouse::local_path(location.trim_end_matches('/'));
     if !crate::catalog::is_plain_absolute(&path)
         || !path.starts_with(warehouse)
         || path == warehouse

@@ -15,7 +15,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::StorageError;
 use super::object_store::{ListedObject, ObjectStorage};
-use crate::catalog::warehouse::Warehouse;
+use super::warehouse::{Warehouse, local_path};
 
 /// Objects inspected at once on an object store (one `HEAD` each).
 const STATS_IN_FLIGHT: usize = 16;
@@ -339,19 +339,10 @@ fn names_under(dir: &Path) -> Result<Vec<PathBuf>, StorageError> {
     Ok(out)
 }
 
-/// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
-pub(crate) fn local_path(location: &str) -> PathBuf {
-    let path = location
-        .strip_prefix("file://")
-        .or_else(|| location.strip_prefix("file:"))
-        .unwrap_or(location);
-    PathBuf::from(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::S3Options;
+    use crate::storage::S3Options;
 
     /// Catches a listing that names a directory, a symbolic link or a file of a
     /// directory it does not descend into, and a look at files (`stat`) that fails when

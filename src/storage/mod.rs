@@ -13,6 +13,9 @@
 //!   `syncfs`).
 //! - `file_store`: listing, inspecting and removing table files for cleanup, `skade gc`,
 //!   purge and a rolled-back transaction's staged files.
+//! - [`warehouse`]: where the tables live (a local directory or an S3 prefix), the
+//!   `FileIO` their files are read and written through, and each table's default
+//!   location.
 //!
 //! Failures are [`StorageError`]s naming the operation and the file or object.
 
@@ -22,5 +25,7 @@ pub(crate) mod file_store;
 pub mod local;
 pub mod object_store;
 pub mod uploads;
+pub mod warehouse;
 
 pub use error::StorageError;
+pub use warehouse::{S3Options, Warehouse};

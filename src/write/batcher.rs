@@ -234,7 +234,10 @@ impl Batcher {
             None => vec![(unpartitioned(self.spec_id), batch)],
             Some(partitioner) => partitioner.split(&batch)?,
         };
-        let bytes: u64 = parts.iter().map(|(_, part)| batch_bytes(part)).sum();
+        let bytes: u64 = parts
+            .iter()
+            .map(|(_, part)| super::budget::batch_bytes(part))
+            .sum();
         let mut reservation = match self.limits.budget.try_reserve(bytes as usize) {
             Some(reservation) => reservation,
             None => {
@@ -246,7 +249,7 @@ impl Batcher {
         let (batches, target) = (self.batches, self.limits.target_file_size_bytes);
         let mut full = Vec::new();
         for (partition, part) in parts {
-            let part_bytes = batch_bytes(&part);
+            let part_bytes = super::budget::batch_bytes(&part);
             let file = self.open_file(partition)?;
             file.reservation
                 .merge(reservation.split_off(part_bytes as usize));
@@ -400,14 +403,4 @@ impl Batcher {
         })
         .await
     }
-}
-
-/// The bytes `batch`'s rows occupy. Unlike `get_array_memory_size`, this does not count a
-/// shared IPC message buffer once per column that slices it.
-pub fn batch_bytes(batch: &RecordBatch) -> u64 {
-    batch
-        .columns()
-        .iter()
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
-        .sum()
 }

@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// A shared budget of bytes. Cheap to clone.
@@ -122,6 +124,16 @@ impl MemoryBudget {
     fn cap(&self, bytes: usize) -> usize {
         bytes.clamp(1, self.total_bytes.min(u32::MAX as usize))
     }
+}
+
+/// The bytes `batch`'s rows occupy. Unlike `get_array_memory_size`, this does not count a
+/// shared IPC message buffer once per column that slices it.
+pub fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 #[cfg(test)]

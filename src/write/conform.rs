@@ -124,7 +124,7 @@ impl Conform<'_> {
                 let reason = if parent.is_empty() {
                     format!(
                         "column is not in the table (the table property {}=true lets a put add new nullable columns)",
-                        super::evolve::EVOLVE_SCHEMA
+                        super::EVOLVE_SCHEMA
                     )
                 } else {
                     let names: Vec<&str> = target.iter().map(|f| f.name().as_str()).collect();

@@ -33,14 +33,11 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{TableRequirement, TableUpdate};
 
+use super::EVOLVE_SCHEMA;
 use super::WriteError;
 use super::append::stage_append;
 use super::schema::iceberg_schema_for;
 use crate::catalog::{CommitTarget, RedbCatalog, run_blocking_io};
-
-/// skade's table property that lets a stream evolve the table's schema (`true`; any other
-/// value or none: off, the schema never changes on ingest).
-pub const EVOLVE_SCHEMA: &str = "skade.ingest.evolve-schema";
 
 /// A schema a stream evolved its table to, committed with the stream's first data.
 #[derive(Debug, Clone)]

@@ -70,13 +70,12 @@ pub mod types;
 
 pub use append::stage_append;
 pub use batcher::{
-    BatchLimits, Batcher, FileSink, FullFile, TARGET_FILE_SIZE_PROPERTY, batch_bytes,
-    target_file_size,
+    BatchLimits, Batcher, FileSink, FullFile, TARGET_FILE_SIZE_PROPERTY, target_file_size,
 };
-pub use budget::{MemoryBudget, Reservation};
+pub use budget::{MemoryBudget, Reservation, batch_bytes};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
 pub use encode::{EncodedFile, WriteProps, encode_groups};
-pub use evolve::{EVOLVE_SCHEMA, SchemaChange};
+pub use evolve::SchemaChange;
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, commit_files_with, encode, ingest_parallel,
     write_file, write_files,
@@ -95,6 +94,10 @@ pub use schema::{
     iceberg_schema_for, table_arrow_schema,
 };
 pub use stage::{stage_fast_append, stage_fast_append_with, stage_transaction};
+
+/// skade's table property that lets a stream evolve the table's schema (`true`; any other
+/// value or none: off, the schema never changes on ingest; [`evolve`]).
+pub const EVOLVE_SCHEMA: &str = "skade.ingest.evolve-schema";
 
 /// What can go wrong on the write path. Each variant names the table it concerns.
 #[derive(Debug, thiserror::Error)]

@@ -239,7 +239,7 @@ impl FileEncoder {
         self.rows
     }
 
-    /// Arrow bytes ([`super::batcher::batch_bytes`]) of the pushed batches whose memory
+    /// Arrow bytes ([`super::budget::batch_bytes`]) of the pushed batches whose memory
     /// the encoder still holds: those in the open row group and those a queued or
     /// running encode (or NaN count) task has not finished with.
     pub fn held_bytes(&self) -> u64 {
@@ -298,7 +298,7 @@ impl FileEncoder {
             return;
         }
         self.rows += batch.num_rows() as u64;
-        let bytes = super::batcher::batch_bytes(batch);
+        let bytes = super::budget::batch_bytes(batch);
         let held = Arc::new(HeldBatch::new(bytes, &self.held));
         if self.has_floats {
             let (schema, batch, held) = (self.schema.clone(), batch.clone(), held.clone());
@@ -754,7 +754,7 @@ mod tests {
             .build();
         let mut encoder = FileEncoder::new(schema, props).expect("encoder");
         let batches: Vec<RecordBatch> = (0..8).map(|i| batch(&arrow, i * 4_000, 4_000)).collect();
-        let pushed: u64 = batches.iter().map(super::super::batcher::batch_bytes).sum();
+        let pushed: u64 = batches.iter().map(super::super::budget::batch_bytes).sum();
         {
             let _gate = RayonGate::close();
             for b in &batches {

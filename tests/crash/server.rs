@@ -184,9 +184,9 @@ pub(crate) fn open_catalog(dir: &Path, s3: Option<&S3Store>) -> RedbCatalog {
         None => RedbCatalog::open(&catalog, &dir.join("warehouse")),
         Some(s3) => RedbCatalog::open_in(
             &catalog,
-            skade::catalog::Warehouse::parse(
+            skade::storage::Warehouse::parse(
                 S3_WAREHOUSE,
-                skade::catalog::S3Options {
+                skade::storage::S3Options {
                     endpoint: Some(s3.endpoint.clone()),
                     region: Some("us-east-1".into()),
                     path_style_access: true,

@@ -24,8 +24,9 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use futures::StreamExt;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use prost::Message;
-use skade::catalog::{RedbCatalog, Warehouse};
+use skade::catalog::RedbCatalog;
 use skade::proto::CommitAck;
+use skade::storage::Warehouse;
 
 use crate::clients::{Rng, channel, lock, rpc};
 use crate::common::{self, synthetic_batch, synthetic_schema};

@@ -164,7 +164,7 @@ async fn instances_starting_together_create_the_schema_once() {
             "skade",
             2,
             skade::catalog::postgres::turns::CommitTurn::Database,
-            skade::catalog::Warehouse::Local(warehouse.path().to_path_buf()),
+            skade::storage::Warehouse::Local(warehouse.path().to_path_buf()),
         )
     });
     let catalogs = futures::future::join_all(opens).await;
@@ -236,7 +236,7 @@ async fn two_catalogs_and_a_table(
             "skade",
             4,
             skade::catalog::postgres::turns::CommitTurn::Database,
-            skade::catalog::Warehouse::Local(warehouse.to_path_buf()),
+            skade::storage::Warehouse::Local(warehouse.to_path_buf()),
         )
     };
     let a = open().await.expect("open A");

@@ -167,7 +167,7 @@ impl Warehouse {
     /// and written through this warehouse's storage ([`Self::file_io`]).
     pub fn holds(&self, location: &str) -> bool {
         match self {
-            Self::Local(root) => super::gc::local_path(location).starts_with(root),
+            Self::Local(root) => local_path(location).starts_with(root),
             Self::S3(s3) => {
                 let root = s3.root();
                 location
@@ -276,6 +276,15 @@ impl S3Warehouse {
         );
         props
     }
+}
+
+/// The local path of a location as iceberg stores it (`/abs/path` or `file:///abs/path`).
+pub(crate) fn local_path(location: &str) -> PathBuf {
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    PathBuf::from(path)
 }
 
 #[cfg(test)]
