@@ -147,9 +147,9 @@ pub struct CatalogConfig {
         long = "catalog-commit-turn",
         env = "SKADE_CATALOG_COMMIT_TURN",
         value_enum,
-        default_value_t = crate::catalog::postgres::turns::CommitTurn::Database
+        default_value_t = crate::catalog::store::postgres::turns::CommitTurn::Database
     )]
-    pub commit_turn: crate::catalog::postgres::turns::CommitTurn,
+    pub commit_turn: crate::catalog::store::postgres::turns::CommitTurn,
 }
 
 /// Where table data lives: a local directory or an S3 prefix (README, "Object storage").

@@ -279,13 +279,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         %flight_addr,
         %metrics_addr,
         data_dir = %config.data_dir.display(),
-        catalog = %service
-            .catalog
-            .database()
-            .map_or_else(
-                || "redb (catalog.redb in the data dir)".to_string(),
-                |pg| format!("postgresql {} (instance {})", pg.target(), pg.instance_id())
-            ),
+        catalog = %match service.catalog.store_kind() {
+            catalog::StoreKind::Redb => "redb (catalog.redb in the data dir)".to_string(),
+            catalog::StoreKind::Postgres { target, instance } => {
+                format!("postgresql {target} (instance {instance})")
+            }
+        },
         warehouse = %service.catalog.warehouse(),
         auth = if tokens.is_some() { "bearer tokens" } else { "off" },
         tls = if tls_on { "on" } else { "off" },
@@ -566,36 +565,34 @@ async fn refuse_tables_outside_warehouse(
     let outside = catalog
         .first_table_outside_warehouse()
         .await
-        .map_err(|source| match catalog.database() {
-            Some(pg) => StartError::Database(format!(
-                "cannot read the catalog database {} (--catalog): {}",
-                pg.target(),
+        .map_err(|source| match catalog.store_kind() {
+            catalog::StoreKind::Postgres { target, .. } => StartError::Database(format!(
+                "cannot read the catalog database {target} (--catalog): {}",
                 source.message()
             )),
-            None => StartError::Catalog {
+            catalog::StoreKind::Redb => StartError::Catalog {
                 path: data_dir.join("catalog.redb"),
                 source: Box::new(source),
             },
         })?;
-    match outside {
-        None => Ok(()),
-        Some((table, location)) if catalog.database().is_some() => {
+    match (outside, catalog.store_kind()) {
+        (None, _) => Ok(()),
+        (Some((table, location)), catalog::StoreKind::Postgres { target, .. }) => {
             Err(StartError::SharedTableOutsideWarehouse {
-                database: catalog
-                    .database()
-                    .map(|pg| pg.target().to_string())
-                    .unwrap_or_default(),
+                database: target,
                 warehouse: catalog.warehouse().root(),
                 table: table.to_string(),
                 location,
             })
         }
-        Some((table, location)) => Err(StartError::TableOutsideWarehouse {
-            data_dir: data_dir.to_path_buf(),
-            warehouse: catalog.warehouse().root(),
-            table: table.to_string(),
-            location,
-        }),
+        (Some((table, location)), catalog::StoreKind::Redb) => {
+            Err(StartError::TableOutsideWarehouse {
+                data_dir: data_dir.to_path_buf(),
+                warehouse: catalog.warehouse().root(),
+                table: table.to_string(),
+                location,
+            })
+        }
     }
 }
 

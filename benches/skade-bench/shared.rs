@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use skade::catalog::postgres::turns::CommitTurn;
+use skade::catalog::store::postgres::turns::CommitTurn;
 use skade::metrics::{CATALOG_COMMITS_TOTAL, COMMIT_CONFLICTS_TOTAL, COMMIT_TURN_SKIPPED_TOTAL};
 
 use crate::common::*;

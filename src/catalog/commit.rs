@@ -198,8 +198,9 @@ impl<T> Outcome<T> {
 #[must_use = "dropping the turns lets other commits of the tables run"]
 pub struct CommitTurns {
     uuids: Vec<uuid::Uuid>,
-    /// Dropped first: the database turns are handed back while this process's are held.
-    database: Option<super::postgres::turns::DatabaseTurns>,
+    /// Dropped first: the store's turns across instances are handed back while this
+    /// process's are held.
+    database: Option<Box<dyn super::store::HeldTurns>>,
     _held: Vec<OwnedMutexGuard<()>>,
 }
 
@@ -252,7 +253,7 @@ impl RedbCatalog {
     ///
     /// On a shared catalog with `--catalog-commit-turn database` it then takes the same
     /// turns in the catalog database, waiting while another instance commits one of the
-    /// tables ([`super::postgres::turns`]). When they cannot be had (no turn connection
+    /// tables ([`super::store::postgres::turns`]). When they cannot be had (no turn connection
     /// free, the database failing) the turns are this process's only, the commit goes
     /// ahead under the compare-and-swap, and `skade_commit_turn_skipped_total` counts it.
     ///
@@ -273,16 +274,13 @@ impl RedbCatalog {
         for &uuid in &uuids {
             held.push(self.turns.lock_of(uuid).lock_owned().await);
         }
-        let database = match self.database() {
-            None => None,
-            Some(pg) => match pg.take_turns(&tables).await {
-                Ok(turns) => turns,
-                Err(e) => {
-                    self.committer.counters.record_turn_skipped();
-                    tracing::debug!(error = %e, "commit without its turn across instances");
-                    None
-                }
-            },
+        let database = match self.store.take_turns(&tables).await {
+            Ok(turns) => turns,
+            Err(e) => {
+                self.committer.counters.record_turn_skipped();
+                tracing::debug!(error = %e, "commit without its turn across instances");
+                None
+            }
         };
         CommitTurns {
             uuids,
@@ -349,11 +347,7 @@ impl RedbCatalog {
                 ),
             ));
         }
-        let policy = if self.is_shared() {
-            SHARED_COMMIT_POLICY
-        } else {
-            COMMIT_POLICY
-        };
+        let policy = self.store.commit_policy();
         let mut attempt = 0;
         loop {
             // The first attempt builds on the caller's handles where they are still

@@ -26,7 +26,7 @@ pub fn redb_commit_count() -> u64 {
 
 /// The data-commit counters of one catalog instance.
 #[derive(Debug, Default)]
-pub(super) struct Counters {
+pub(crate) struct Counters {
     /// Durable redb write transactions (one fsync each).
     commits: AtomicU64,
     /// Warehouse syncs made before those transactions committed.

@@ -33,6 +33,21 @@ pub fn is_storage_failure(e: &Error) -> bool {
     false
 }
 
+/// The kind of the I/O error under `e` (directly, or under a redb error), if any.
+pub(super) fn io_kind(e: &Error) -> Option<std::io::ErrorKind> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        if let Some(redb::Error::Io(io)) = s.downcast_ref::<redb::Error>() {
+            return Some(io.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
 pub(super) fn redb_error(e: impl Into<redb::Error>) -> Error {
     let e: redb::Error = e.into();
     Error::new(ErrorKind::Unexpected, format!("catalog storage: {e}")).with_source(e)

@@ -1,23 +1,20 @@
-//! The `iceberg::Catalog` face of [`RedbCatalog`]: namespaces and tables through the
-//! store (redb, [`super::store`], or the catalog database, [`super::postgres`]); a table
-//! commit is a one-table release ([`super::release`]).
+//! The `iceberg::Catalog` face of [`RedbCatalog`]: namespaces and tables through its
+//! [`super::store`]; a table commit runs the commit driver ([`super::commit`]).
 
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use super::error::{namespace_not_found, table_exists, table_not_found};
+use super::metadata_cache::cache_key;
+use super::{RedbCatalog, purge};
 use async_trait::async_trait;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use iceberg::{
-    Catalog, Error, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
+    Catalog, ErrorKind, MetadataLocation, Namespace, NamespaceIdent, Result, TableCommit,
     TableCreation, TableIdent,
 };
-use redb::ReadableTable;
-
-use super::error::{namespace_not_found, redb_error, table_exists, table_not_found};
-use super::store::{NAMESPACES, TABLES, key_of, split_key, table_key};
-use super::{RedbCatalog, purge};
 
 #[async_trait]
 impl Catalog for RedbCatalog {
@@ -30,28 +27,7 @@ impl Catalog for RedbCatalog {
         {
             return Err(namespace_not_found(parent));
         }
-        let parent: Vec<String> = parent.map(|p| p.as_ref().clone()).unwrap_or_default();
-        if let Some(pg) = self.database() {
-            return pg
-                .list_namespaces(&parent)
-                .await?
-                .into_iter()
-                .map(NamespaceIdent::from_vec)
-                .collect();
-        }
-        self.read(move |txn| {
-            let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-            let mut out = Vec::new();
-            for entry in namespaces.iter().map_err(redb_error)? {
-                let (key, _) = entry.map_err(redb_error)?;
-                let parts = split_key(key.value());
-                if parts.len() == parent.len() + 1 && parts.starts_with(&parent) {
-                    out.push(NamespaceIdent::from_vec(parts)?);
-                }
-            }
-            Ok(out)
-        })
-        .await
+        self.store.list_namespaces(parent).await
     }
 
     async fn create_namespace(
@@ -59,73 +35,21 @@ impl Catalog for RedbCatalog {
         namespace: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<Namespace> {
-        if let Some(pg) = self.database() {
-            pg.create_namespace(namespace.as_ref(), &properties).await?;
-            return Ok(Namespace::with_properties(namespace.clone(), properties));
-        }
-        let key = key_of(namespace.as_ref())?;
-        let parent = namespace.parent().map(|p| key_of(p.as_ref())).transpose()?;
-        let json = serde_json::to_string(&properties)?;
-        let ns = namespace.clone();
-        self.ddl(move |txn| {
-            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-            if namespaces.get(key.as_str()).map_err(redb_error)?.is_some() {
-                return Err(Error::new(
-                    ErrorKind::NamespaceAlreadyExists,
-                    format!("namespace {} already exists", ns.join(".")),
-                ));
-            }
-            if let Some(parent) = parent
-                && namespaces
-                    .get(parent.as_str())
-                    .map_err(redb_error)?
-                    .is_none()
-            {
-                return Err(Error::new(
-                    ErrorKind::NamespaceNotFound,
-                    format!("parent of namespace {} does not exist", ns.join(".")),
-                ));
-            }
-            namespaces
-                .insert(key.as_str(), json.as_str())
-                .map_err(redb_error)?;
-            Ok(())
-        })
-        .await?;
+        self.store.create_namespace(namespace, &properties).await?;
         Ok(Namespace::with_properties(namespace.clone(), properties))
     }
 
     async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        if let Some(pg) = self.database() {
-            let properties = pg
-                .namespace_properties(namespace.as_ref())
-                .await?
-                .ok_or_else(|| namespace_not_found(namespace))?;
-            return Ok(Namespace::with_properties(namespace.clone(), properties));
-        }
-        let key = key_of(namespace.as_ref())?;
-        let json = self
-            .read(move |txn| {
-                let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-                let value = namespaces.get(key.as_str()).map_err(redb_error)?;
-                Ok(value.map(|v| v.value().to_string()))
-            })
+        let properties = self
+            .store
+            .namespace_properties(namespace)
             .await?
             .ok_or_else(|| namespace_not_found(namespace))?;
-        let properties: HashMap<String, String> = serde_json::from_str(&json)?;
         Ok(Namespace::with_properties(namespace.clone(), properties))
     }
 
     async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        if let Some(pg) = self.database() {
-            return pg.namespace_exists(namespace.as_ref()).await;
-        }
-        let key = key_of(namespace.as_ref())?;
-        self.read(move |txn| {
-            let namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-            Ok(namespaces.get(key.as_str()).map_err(redb_error)?.is_some())
-        })
-        .await
+        self.store.namespace_exists(namespace).await
     }
 
     async fn update_namespace(
@@ -133,26 +57,10 @@ impl Catalog for RedbCatalog {
         namespace: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<()> {
-        if let Some(pg) = self.database() {
-            return pg
-                .update_namespace_properties(namespace.as_ref(), &[], &properties, true)
-                .await
-                .map(drop);
-        }
-        let key = key_of(namespace.as_ref())?;
-        let json = serde_json::to_string(&properties)?;
-        let ns = namespace.clone();
-        self.ddl(move |txn| {
-            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-            if namespaces.get(key.as_str()).map_err(redb_error)?.is_none() {
-                return Err(namespace_not_found(&ns));
-            }
-            namespaces
-                .insert(key.as_str(), json.as_str())
-                .map_err(redb_error)?;
-            Ok(())
-        })
-        .await
+        self.store
+            .update_namespace_properties(namespace, &[], &properties, true)
+            .await
+            .map(drop)
     }
 
     /// Drops an empty namespace.
@@ -161,69 +69,20 @@ impl Catalog for RedbCatalog {
     /// `NamespaceNotFound`; `PreconditionFailed` when it still holds tables or child
     /// namespaces (skade never drops data implicitly).
     async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        if let Some(pg) = self.database() {
-            return pg.drop_namespace(namespace.as_ref()).await;
-        }
-        let parts = namespace.as_ref().clone();
-        let key = key_of(&parts)?;
-        let ns = namespace.clone();
-        self.ddl(move |txn| {
-            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb_error)?;
-            if namespaces.get(key.as_str()).map_err(redb_error)?.is_none() {
-                return Err(namespace_not_found(&ns));
-            }
-            let tables = txn.open_table(TABLES).map_err(redb_error)?;
-            let holds_table = tables.iter().map_err(redb_error)?.any(|e| {
-                e.map(|(k, _)| split_key(k.value()).starts_with(&parts))
-                    .unwrap_or(true)
-            });
-            let holds_child = namespaces.iter().map_err(redb_error)?.any(|e| {
-                e.map(|(k, _)| {
-                    let p = split_key(k.value());
-                    p.len() > parts.len() && p.starts_with(&parts)
-                })
-                .unwrap_or(true)
-            });
-            if holds_table || holds_child {
-                return Err(Error::new(
-                    ErrorKind::PreconditionFailed,
-                    format!("namespace {} is not empty", ns.join(".")),
-                ));
-            }
-            namespaces.remove(key.as_str()).map_err(redb_error)?;
-            Ok(())
-        })
-        .await
+        self.store.drop_namespace(namespace).await
     }
 
     async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
         if !self.namespace_exists(namespace).await? {
             return Err(namespace_not_found(namespace));
         }
-        if let Some(pg) = self.database() {
-            return Ok(pg
-                .list_tables(namespace.as_ref())
-                .await?
-                .into_iter()
-                .map(|name| TableIdent::new(namespace.clone(), name))
-                .collect());
-        }
-        let parts = namespace.as_ref().clone();
-        let ns = namespace.clone();
-        self.read(move |txn| {
-            let tables = txn.open_table(TABLES).map_err(redb_error)?;
-            let mut out = Vec::new();
-            for entry in tables.iter().map_err(redb_error)? {
-                let (key, _) = entry.map_err(redb_error)?;
-                let mut p = split_key(key.value());
-                if p.len() == parts.len() + 1 && p.starts_with(&parts) {
-                    let name = p.pop().unwrap_or_default();
-                    out.push(TableIdent::new(ns.clone(), name));
-                }
-            }
-            Ok(out)
-        })
-        .await
+        Ok(self
+            .store
+            .list_tables(namespace)
+            .await?
+            .into_iter()
+            .map(|name| TableIdent::new(namespace.clone(), name))
+            .collect())
     }
 
     /// Creates an empty table at `<warehouse>/<namespace...>/<table>` (or the creation's
@@ -256,7 +115,7 @@ impl Catalog for RedbCatalog {
         )
         .await?;
         self.metadata.put(
-            &table_key(&ident)?,
+            &cache_key(&ident),
             &metadata_location,
             table.metadata_ref(),
             None,
@@ -264,12 +123,12 @@ impl Catalog for RedbCatalog {
         Ok(table)
     }
 
-    /// Loads the table at its current pointer (read from redb every time); the metadata
+    /// Loads the table at its current pointer (read from the store every time); the metadata
     /// JSON is read and parsed only when it is not the one last seen at that location
     /// (`metadata_cache.rs`).
     async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
-        let key = table_key(ident)?;
-        let location = self.pointer(ident, key.clone()).await?;
+        let key = cache_key(ident);
+        let location = self.metadata_location(ident).await?;
         let metadata = match self.metadata.get(&key, &location) {
             Some(metadata) => metadata,
             None => {
@@ -281,28 +140,14 @@ impl Catalog for RedbCatalog {
         self.table_handle(ident.clone(), location, metadata)
     }
 
-    /// Removes the table from the catalog; its files stay on disk.
+    /// Removes the table from the catalog; its files stay on disk (and its location
+    /// stays claimed: `locations.rs`).
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
-        let key = table_key(ident)?;
-        self.metadata.remove(&key);
-        if let Some(pg) = self.database() {
-            return match pg
-                .drop_pointer(ident.namespace().as_ref(), ident.name(), None)
-                .await?
-            {
-                true => Ok(()),
-                false => Err(table_not_found(ident)),
-            };
+        self.metadata.remove(&cache_key(ident));
+        match self.store.drop_pointer(ident, None).await? {
+            true => Ok(()),
+            false => Err(table_not_found(ident)),
         }
-        let id = ident.clone();
-        self.ddl(move |txn| {
-            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
-            if tables.remove(key.as_str()).map_err(redb_error)?.is_none() {
-                return Err(table_not_found(&id));
-            }
-            Ok(())
-        })
-        .await
     }
 
     /// Drops the table, then removes its files under its location (never elsewhere:
@@ -331,34 +176,8 @@ impl Catalog for RedbCatalog {
         if !self.namespace_exists(dest.namespace()).await? {
             return Err(namespace_not_found(dest.namespace()));
         }
-        let src_key = table_key(src)?;
-        let dest_key = table_key(dest)?;
-        self.metadata.remove(&src_key);
-        if let Some(pg) = self.database() {
-            return pg
-                .rename_table(
-                    (src.namespace().as_ref(), src.name()),
-                    (dest.namespace().as_ref(), dest.name()),
-                )
-                .await;
-        }
-        let (s, d) = (src.clone(), dest.clone());
-        self.ddl(move |txn| {
-            let mut tables = txn.open_table(TABLES).map_err(redb_error)?;
-            if tables.get(dest_key.as_str()).map_err(redb_error)?.is_some() {
-                return Err(table_exists(&d));
-            }
-            let location = tables
-                .remove(src_key.as_str())
-                .map_err(redb_error)?
-                .map(|v| v.value().to_string())
-                .ok_or_else(|| table_not_found(&s))?;
-            tables
-                .insert(dest_key.as_str(), location.as_str())
-                .map_err(redb_error)?;
-            Ok(())
-        })
-        .await
+        self.metadata.remove(&cache_key(src));
+        self.store.rename_table(src, dest).await
     }
 
     async fn register_table(&self, ident: &TableIdent, metadata_location: String) -> Result<Table> {
@@ -377,14 +196,14 @@ impl Catalog for RedbCatalog {
     /// commit driver ([`RedbCatalog::commit`]): under this process's commit turn on the
     /// table, checks the requirements against the table as it stands, applies the
     /// updates, writes the new metadata JSON, syncs the warehouse and flips the pointer
-    /// in ONE redb write transaction (compare-and-swap on the base location), which
+    /// in ONE transaction of the store (compare-and-swap on the base location), which
     /// concurrent commits may share (group commit); returns once it is durable.
     ///
     /// # Errors
     /// `CatalogCommitConflicts`, retryable, when a requirement fails (iceberg's
     /// transaction then rebases and retries; the driver does not retry the caller's
     /// requirements) or the pointer kept moving; `TableNotFound` for an unknown table;
-    /// `Unexpected` when the warehouse sync or the redb transaction failed.
+    /// `Unexpected` when the warehouse sync or the transaction failed.
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let table = self.load_table(commit.identifier()).await?;
         let target = super::CommitTarget::metadata(&table);

@@ -244,7 +244,7 @@ pub async fn collect_garbage_shared(
         url,
         catalog_name,
         pool_size,
-        crate::catalog::postgres::turns::CommitTurn::Instance,
+        crate::catalog::store::postgres::turns::CommitTurn::Instance,
         warehouse,
     )
     .await?;

@@ -1,21 +1,21 @@
-//! Group commit: concurrent pointer flips share one warehouse sync and one redb write
-//! transaction.
+//! Group commit: concurrent pointer flips share one warehouse sync and one transaction of
+//! the catalog's store.
 //!
 //! Every data commit of a [`super::RedbCatalog`] ends in [`Committer::submit`]: the
 //! caller queues its *release* — the pointer flips of one table, or of N tables that
-//! must move together — and waits. One committer (a blocking task, started when the
-//! queue goes from idle to busy) takes **everything** queued, opens ONE redb write
-//! transaction, checks each release's compare-and-swaps against the pointers as they
-//! stand (earlier releases of the same batch included), applies the releases that pass,
-//! syncs the warehouse ([`durable::sync_warehouse`], one `syncfs(2)`) and commits the
-//! transaction at `Durability::Immediate` (one fsync). Only then is any caller answered.
-//! Releases that queue while a batch is being made durable form the next batch, so under
-//! contention N commits cost one `syncfs` and one fsync instead of N of each; a lone
-//! commit goes out at once (the committer never waits to gather more).
+//! must move together — and waits. One committer (a task, started when the queue goes
+//! from idle to busy) takes **everything** queued and hands it to the store as ONE batch
+//! ([`Store::commit_batch`]: one transaction that checks each release's
+//! compare-and-swaps against the pointers as they stand, earlier releases of the same
+//! batch included, applies the releases that pass, syncs the warehouse with one
+//! `syncfs(2)` and commits durably). Only then is any caller answered. Releases that
+//! queue while a batch is being made durable form the next batch, so under contention N
+//! commits cost one `syncfs` and one durable commit instead of N of each; a lone commit
+//! goes out at once (the committer never waits to gather more).
 //!
 //! What each caller is promised is unchanged by sharing:
 //! - **No ack before durability.** A release is answered `Ok` only after the `syncfs`
-//!   that made its files durable and the redb commit that made its pointers durable both
+//!   that made its files durable and the commit that made its pointers durable both
 //!   returned; a failure of either fails every release of the batch (none is visible).
 //! - **A conflict fails only its own release.** A release whose base moved (or whose
 //!   table was created or dropped meanwhile) gets its own error — `CatalogCommitConflicts`
@@ -25,55 +25,27 @@
 //!   checked before any of its pointers is written (`docs/design/ingest_multi.md` §f1).
 //!
 //! Counting (`docs/design/ingest_multi.md` §f4): a batch that applied at least one release
-//! is ONE redb write transaction and counts once ([`Counters::record_commit`]: the
-//! process-global [`super::redb_commit_count`] and [`super::RedbCatalog::commit_count`],
-//! which `skade_catalog_commits_total` reads; one fsync), and once in the sync count (one
-//! `syncfs`); a batch in which every release conflicted is rolled back and counts nothing.
+//! is ONE transaction and counts once (the store records it: on redb in the process-wide
+//! [`super::redb_commit_count`] too; [`super::RedbCatalog::commit_count`], which
+//! `skade_catalog_commits_total` reads), and once in the sync count (one `syncfs`); a
+//! batch in which every release conflicted is rolled back and counts nothing.
 
 use std::mem;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use futures::FutureExt;
 use iceberg::{Error, ErrorKind, Result};
-use redb::{Database, ReadableTable};
-
-use super::Store;
-
-/// The pointer table as the committer's transaction sees it.
-type Pointers<'txn> = redb::Table<'txn, &'static str, &'static str>;
 use tokio::sync::oneshot;
 
 use super::counters::Counters;
-use super::marks::{MarkAdvance, MarkTables};
-use super::store::{NAMESPACES, TABLES};
-use crate::storage::durable;
-
-/// One pointer flip of a release.
-#[derive(Debug, Clone)]
-pub(super) struct Flip {
-    /// The table's redb key.
-    pub(super) key: String,
-    /// The pointer the commit was built on; `None` for a table the release creates (the
-    /// key must then still be absent).
-    pub(super) base: Option<String>,
-    /// The new metadata location.
-    pub(super) new: String,
-    /// The table's name, for errors (`ns.table`).
-    pub(super) table: String,
-    /// Namespace keys (every level) to insert when absent; only for creates.
-    pub(super) namespaces: Vec<String>,
-    /// The claim of the created table's location (key, table uuid), written with its
-    /// pointer (`locations.rs`); only for creates.
-    pub(super) claim: Option<(String, String)>,
-    /// The producer's high-water mark this flip advances, in the same transaction.
-    pub(super) mark: Option<MarkAdvance>,
-}
+use super::store::{BatchError, Flip, Store};
 
 /// The queue of releases waiting for the next batch, and the one committer draining it.
 #[derive(Debug)]
 pub(super) struct Committer {
-    store: Store,
-    /// The runtime a PostgreSQL batch runs on (the committer itself is a blocking task).
+    store: Arc<dyn Store>,
+    /// The runtime the committer task runs on (a [`Pause`] may be dropped outside any).
     runtime: tokio::runtime::Handle,
     /// The local warehouse to `syncfs` before each transaction; `None` for an object
     /// store, whose acknowledged uploads are durable already.
@@ -97,31 +69,12 @@ struct Request {
     reply: oneshot::Sender<Result<()>>,
 }
 
-/// Why a whole batch failed: nothing of it is visible.
-#[derive(Debug, thiserror::Error)]
-enum BatchError {
-    #[error("sync warehouse {path}: {source}")]
-    Sync {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("catalog storage: {0}")]
-    Storage(#[from] redb::Error),
-    /// The catalog database's transaction failed (or the sync inside it).
-    #[error("{}", .0.message())]
-    Database(Error),
-    /// A bug in the committer or redb; the transaction is rolled back unless the panic
-    /// came from inside its commit.
-    #[error("the catalog committer panicked; its batch may not be committed")]
-    Panicked,
-}
-
 impl BatchError {
     /// The error each release of a failed batch of `releases` gets (iceberg's errors are
     /// not `Clone`, so every caller gets its own, with the same message).
-    /// A failed warehouse sync or redb transaction keeps its cause as an I/O error of the
-    /// same kind (what [`super::is_storage_failure`] recognizes: the local storage
-    /// failed, `Unavailable`); a panic has none (`Internal`).
+    /// A failed warehouse sync or store transaction keeps its cause as an I/O error of
+    /// the same kind (what [`super::is_storage_failure`] recognizes: the storage failed,
+    /// `Unavailable`); a panic has none (`Internal`).
     fn for_caller(&self, releases: usize) -> Error {
         let e = Error::new(ErrorKind::Unexpected, self.to_string())
             .with_context("releases_in_batch", releases.to_string());
@@ -129,25 +82,23 @@ impl BatchError {
             Self::Sync { source, .. } => {
                 e.with_source(std::io::Error::new(source.kind(), source.to_string()))
             }
-            Self::Storage(redb::Error::Io(source)) => {
-                e.with_source(std::io::Error::new(source.kind(), source.to_string()))
+            Self::Store(store) if store.kind() == ErrorKind::CatalogCommitConflicts => Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                store.message().to_string(),
+            )
+            .with_retryable(true),
+            Self::Store(store) if super::is_storage_failure(store) => {
+                let kind = super::error::io_kind(store).unwrap_or(std::io::ErrorKind::Other);
+                e.with_source(std::io::Error::new(kind, store.message().to_string()))
             }
-            Self::Storage(other) => e.with_source(std::io::Error::other(other.to_string())),
-            Self::Database(db) if db.kind() == ErrorKind::CatalogCommitConflicts => {
-                Error::new(ErrorKind::CatalogCommitConflicts, db.message().to_string())
-                    .with_retryable(true)
-            }
-            Self::Database(db) if super::is_storage_failure(db) => {
-                e.with_source(std::io::Error::other(db.message().to_string()))
-            }
-            Self::Database(_) | Self::Panicked => e,
+            Self::Store(_) | Self::Panicked => e,
         }
     }
 }
 
 impl Committer {
     pub(super) fn new(
-        store: Store,
+        store: Arc<dyn Store>,
         runtime: tokio::runtime::Handle,
         warehouse: Option<PathBuf>,
     ) -> Self {
@@ -164,11 +115,11 @@ impl Committer {
     /// and waits until the batch it joined is durable.
     ///
     /// # Errors
-    /// The release's own `CatalogCommitConflicts` (retryable), `TableAlreadyExists` or
-    /// `TableNotFound` when a compare-and-swap fails (nothing of this release is written;
-    /// other releases of the batch may commit); `Unexpected` when the warehouse sync or
-    /// the redb transaction failed (nothing of the batch is visible) or the committer
-    /// task died.
+    /// The release's own `CatalogCommitConflicts` (retryable), `TableAlreadyExists`,
+    /// `TableNotFound`, `PreconditionFailed` or `DataInvalid` ([`Store::commit_batch`]:
+    /// nothing of this release is written; other releases of the batch may commit);
+    /// `Unexpected` when the warehouse sync or the transaction failed (nothing of the
+    /// batch is visible) or the committer task died.
     ///
     /// # Cancel safety
     /// Not cancel safe: once queued, the release is committed with its batch even if
@@ -195,13 +146,7 @@ impl Committer {
         }
         queue.running = true;
         let committer = Arc::clone(self);
-        let drain = move || committer.drain();
-        // redb and syncfs block: on the runtime's blocking pool when there is one (a
-        // `Pause` may be dropped outside any runtime).
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn_blocking(drain)),
-            Err(_) => drop(std::thread::spawn(drain)),
-        }
+        drop(self.runtime.spawn(committer.drain()));
     }
 
     /// Releases queued and not yet taken by a batch.
@@ -223,17 +168,17 @@ impl Committer {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Commits batches until the queue is empty (or paused). Blocking.
+    /// Commits batches until the queue is empty (or paused).
     ///
     /// The last batch is answered only after this task let go of the committer, so a
-    /// caller that drops the catalog once its commit returned also closes the redb file
-    /// (a reopen right after must not find it still open).
-    fn drain(self: Arc<Self>) {
+    /// caller that drops the catalog once its commit returned also closes the store (a
+    /// reopen of a redb file right after must not find it still open).
+    async fn drain(self: Arc<Self>) {
         let Some(mut batch) = self.take_batch() else {
             return;
         };
         loop {
-            let outcomes = self.run_batch(&batch);
+            let outcomes = self.run_batch(&batch).await;
             match self.take_batch() {
                 Some(next) => {
                     answer(batch, outcomes);
@@ -259,11 +204,17 @@ impl Committer {
         Some(mem::take(&mut queue.pending))
     }
 
-    /// [`Self::commit_batch`], with a failure of the whole batch (or a panic inside it)
-    /// given to every release.
-    fn run_batch(&self, batch: &[Request]) -> Vec<Result<()>> {
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.commit_batch(batch)));
+    /// One transaction for every release of `batch` ([`Store::commit_batch`]), with a
+    /// failure of the whole batch (or a panic inside it) given to every release.
+    async fn run_batch(&self, batch: &[Request]) -> Vec<Result<()>> {
+        let releases: Vec<&[Flip]> = batch.iter().map(|r| r.flips.as_slice()).collect();
+        let run = std::panic::AssertUnwindSafe(self.store.commit_batch(
+            &releases,
+            self.warehouse.as_deref(),
+            &self.counters,
+        ))
+        .catch_unwind()
+        .await;
         let failure = match run {
             Ok(Ok(outcomes)) => return outcomes,
             Ok(Err(e)) => e,
@@ -275,188 +226,6 @@ impl Committer {
             .map(|_| Err(failure.for_caller(batch.len())))
             .collect()
     }
-
-    /// One write transaction for every release of `batch`; returns each release's
-    /// outcome in order.
-    fn commit_batch(&self, batch: &[Request]) -> std::result::Result<Vec<Result<()>>, BatchError> {
-        match &self.store {
-            Store::Redb(db) => self.commit_batch_redb(db, batch),
-            Store::Postgres(pg) => self.commit_batch_pg(pg, batch),
-        }
-    }
-
-    /// [`Self::commit_batch`] as ONE transaction of the catalog database
-    /// (`postgres/batch.rs`), the warehouse synced inside it just before it commits.
-    /// Counted in this catalog's commit count, not in [`super::redb_commit_count`].
-    fn commit_batch_pg(
-        &self,
-        pg: &super::postgres::PgStore,
-        batch: &[Request],
-    ) -> std::result::Result<Vec<Result<()>>, BatchError> {
-        let releases: Vec<&[Flip]> = batch.iter().map(|r| r.flips.as_slice()).collect();
-        let mut synced = false;
-        let warehouse = self.warehouse.as_deref();
-        let outcomes = self
-            .runtime
-            .block_on(pg.commit_batch(&releases, || {
-                if let Some(warehouse) = warehouse {
-                    durable::sync_warehouse(warehouse)
-                        .map_err(|e| super::error::io_error("sync warehouse", warehouse, e))?;
-                    synced = true;
-                }
-                Ok(())
-            }))
-            .map_err(BatchError::Database)?;
-        if synced {
-            self.counters.record_sync();
-        }
-        if outcomes.iter().any(Result::is_ok) {
-            let commits = self.counters.record_database_commit();
-            super::fault::after_commit(commits);
-        }
-        Ok(outcomes)
-    }
-
-    /// [`Self::commit_batch`] as one redb write transaction.
-    fn commit_batch_redb(
-        &self,
-        db: &Database,
-        batch: &[Request],
-    ) -> std::result::Result<Vec<Result<()>>, BatchError> {
-        let txn = db.begin_write().map_err(redb::Error::from)?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut applied = 0usize;
-        {
-            let mut tables = txn.open_table(TABLES).map_err(redb::Error::from)?;
-            let mut namespaces = txn.open_table(NAMESPACES).map_err(redb::Error::from)?;
-            let mut marks = MarkTables::open(&txn)?;
-            let mut claims = txn
-                .open_table(super::locations::LOCATION_CLAIMS)
-                .map_err(redb::Error::from)?;
-            for request in batch {
-                if let Err(e) = check(&tables, &marks.marks, &claims, &request.flips)? {
-                    outcomes.push(Err(e));
-                    continue;
-                }
-                for flip in &request.flips {
-                    if let Some((location, uuid)) = &flip.claim {
-                        super::locations::claim_in(&mut claims, (location, uuid))?;
-                    }
-                    if let Some(mark) = &flip.mark {
-                        mark.apply(&mut marks)?;
-                    }
-                    for ns in &flip.namespaces {
-                        if namespaces
-                            .get(ns.as_str())
-                            .map_err(redb::Error::from)?
-                            .is_none()
-                        {
-                            namespaces
-                                .insert(ns.as_str(), "{}")
-                                .map_err(redb::Error::from)?;
-                        }
-                    }
-                    tables
-                        .insert(flip.key.as_str(), flip.new.as_str())
-                        .map_err(redb::Error::from)?;
-                }
-                applied += 1;
-                outcomes.push(Ok(()));
-            }
-        }
-        if applied == 0 {
-            txn.abort().map_err(redb::Error::from)?;
-            return Ok(outcomes);
-        }
-        // Every release's files were written before it was queued: one syncfs makes
-        // them all durable before any pointer that references them is.
-        // On an object store every upload returned only once durable: nothing to sync.
-        if let Some(warehouse) = &self.warehouse {
-            durable::sync_warehouse(warehouse).map_err(|source| BatchError::Sync {
-                path: warehouse.clone(),
-                source,
-            })?;
-            self.counters.record_sync();
-        }
-        txn.commit().map_err(redb::Error::from)?;
-        let commits = self.counters.record_commit();
-        super::fault::after_commit(commits);
-        tracing::debug!(releases = batch.len(), applied, "group commit");
-        Ok(outcomes)
-    }
-}
-
-/// Checks every compare-and-swap of one release against the pointers as they stand in
-/// the open transaction, that every writer mark it advances starts after the stored
-/// one, and that no other table holds the location a create claims. The outer error is
-/// storage; the inner one is this release's own failure (the first flip that does not
-/// hold).
-fn check(
-    tables: &Pointers<'_>,
-    marks: &redb::Table<'_, &'static str, &'static [u8]>,
-    claims: &Pointers<'_>,
-    flips: &[Flip],
-) -> std::result::Result<Result<()>, redb::Error> {
-    for flip in flips {
-        if let Some((location, uuid)) = &flip.claim
-            && let Some(held) = claims.get(location.as_str())?
-            && held.value() != uuid
-        {
-            return Ok(Err(location_taken(&flip.table, location)));
-        }
-        if let Some(mark) = &flip.mark
-            && let Err(e) = mark.check(marks)?
-        {
-            return Ok(Err(e));
-        }
-        let current = tables
-            .get(flip.key.as_str())?
-            .map(|v| v.value().to_string());
-        if let Err(failure) = cas_outcome(flip, current) {
-            return Ok(Err(failure));
-        }
-    }
-    Ok(Ok(()))
-}
-
-/// The failure of a create whose location another table claimed since it was planned.
-pub(super) fn location_taken(table: &str, location: &str) -> Error {
-    Error::new(
-        ErrorKind::DataInvalid,
-        format!(
-            "table {table}: location {location} was taken by another table while the create was prepared; create it again"
-        ),
-    )
-}
-
-/// One flip's compare-and-swap against `current`, the table's pointer as the committing
-/// transaction sees it (`None`: no such table).
-///
-/// # Errors
-/// `TableAlreadyExists` for a create whose table exists, `TableNotFound` for an advance
-/// whose table is gone, `CatalogCommitConflicts` (retryable, with the expected and found
-/// locations) for an advance whose base moved.
-pub(super) fn cas_outcome(flip: &Flip, current: Option<String>) -> Result<()> {
-    let failure = match (&flip.base, current) {
-        (None, None) => return Ok(()),
-        (None, Some(_)) => Error::new(
-            ErrorKind::TableAlreadyExists,
-            format!("table {} was created concurrently", flip.table),
-        ),
-        (Some(_), None) => Error::new(
-            ErrorKind::TableNotFound,
-            format!("table {} was dropped during the commit", flip.table),
-        ),
-        (Some(base), Some(current)) if current == *base => return Ok(()),
-        (Some(base), Some(current)) => Error::new(
-            ErrorKind::CatalogCommitConflicts,
-            format!("table {} was committed concurrently", flip.table),
-        )
-        .with_context("expected", base.clone())
-        .with_context("found", current)
-        .with_retryable(true),
-    };
-    Err(failure)
 }
 
 /// A pause of the committer (see [`Committer::pause`]); dropping it resumes.
@@ -482,7 +251,7 @@ fn answer(batch: Vec<Request>, outcomes: Vec<Result<()>>) {
 mod tests {
     use super::*;
 
-    // Catches a failed sync or redb transaction reaching callers without its cause (then
+    // Catches a failed sync or store transaction reaching callers without its cause (then
     // answered Internal instead of Unavailable).
     #[test]
     fn a_failed_batch_keeps_its_storage_cause() {
@@ -496,6 +265,13 @@ mod tests {
             .and_then(|s| s.downcast_ref::<std::io::Error>())
             .expect("an I/O cause");
         assert_eq!(cause.kind(), std::io::ErrorKind::StorageFull);
+        let store = BatchError::Store(super::super::error::redb_error(redb::Error::Io(
+            std::io::Error::new(std::io::ErrorKind::StorageFull, "No space left"),
+        )));
+        let cause = std::error::Error::source(&store.for_caller(1))
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind);
+        assert_eq!(cause, Some(std::io::ErrorKind::StorageFull));
         assert!(!super::super::is_storage_failure(
             &BatchError::Panicked.for_caller(1)
         ));

@@ -15,8 +15,9 @@
 //!   location the creation names must be free, or the create is refused with what
 //!   uses it.
 //! - **The create claims it.** The catalog keeps, per location, the uuid of the table
-//!   skade created there ([`LOCATION_CLAIMS`] in redb, `skade_table_locations` in
-//!   PostgreSQL), written in the same transaction as the table's first pointer. A claim
+//!   skade created there (in its store: `location_claims` in redb,
+//!   `skade_table_locations` in PostgreSQL), written in the same transaction as the
+//!   table's first pointer. A claim
 //!   outlives a drop without purge (the files stay, and so does the location's owner);
 //!   a purge removes it.
 //! - **Cleanup sweeps a location only when it is owned** ([`Ownership::Owned`]): the
@@ -33,19 +34,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use iceberg::table::Table;
-use iceberg::{Error, ErrorKind, NamespaceIdent, Result, TableIdent};
-use redb::{ReadableTable, TableDefinition, TableHandle, WriteTransaction};
+use iceberg::{Error, ErrorKind, Result, TableIdent};
 
 use super::RedbCatalog;
-use super::error::redb_error;
-use super::store::{TABLES, split_key};
 use crate::storage::file_store::FileStore;
-
-/// Location (as [`FileStore::path_of`] gives it) → the uuid of the table skade created
-/// there; empty for a table that predates claims, adopted by the first sweep that finds
-/// it (module docs).
-pub(super) const LOCATION_CLAIMS: TableDefinition<&str, &str> =
-    TableDefinition::new("location_claims");
 
 /// One table's standing for cleanup (module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,41 +93,9 @@ fn overlaps(a: &Path, b: &Path) -> bool {
 
 /// The table location a metadata location lies in, when it is where Iceberg writers put
 /// it: `<location>/metadata/<file>`.
-fn location_of_metadata(metadata_location: &str) -> Option<&str> {
+pub(crate) fn location_of_metadata(metadata_location: &str) -> Option<&str> {
     let (dir, _) = metadata_location.rsplit_once('/')?;
     dir.strip_suffix("/metadata")
-}
-
-/// Creates the claims table when absent; the tables the catalog already holds then get
-/// a claim to adopt (module docs). Runs in the transaction that opens the redb catalog.
-///
-/// # Errors
-/// redb's error.
-pub(super) fn init(
-    txn: &WriteTransaction,
-    store: &FileStore,
-) -> std::result::Result<(), redb::Error> {
-    let existed = txn
-        .list_tables()?
-        .any(|table| table.name() == LOCATION_CLAIMS.name());
-    let mut claims = txn.open_table(LOCATION_CLAIMS)?;
-    if existed {
-        return Ok(());
-    }
-    let tables = txn.open_table(TABLES)?;
-    for row in tables.iter()? {
-        let (_, metadata_location) = row?;
-        let Some(location) = location_of_metadata(metadata_location.value())
-            .and_then(|location| store.path_of(location))
-        else {
-            continue;
-        };
-        let key = location.to_string_lossy();
-        if claims.get(key.as_ref())?.is_none() {
-            claims.insert(key.as_ref(), "")?;
-        }
-    }
-    Ok(())
 }
 
 impl RedbCatalog {
@@ -150,25 +110,10 @@ impl RedbCatalog {
     /// # Errors
     /// The store's error.
     pub(crate) async fn claims(&self) -> Result<Vec<Claim>> {
-        let rows: Vec<(String, Option<String>)> = if let Some(pg) = self.database() {
-            pg.location_claims().await?
-        } else {
-            self.read(|txn| {
-                let claims = txn.open_table(LOCATION_CLAIMS).map_err(redb_error)?;
-                let mut out = Vec::new();
-                for row in claims.iter().map_err(redb_error)? {
-                    let (location, uuid) = row.map_err(redb_error)?;
-                    let uuid = uuid.value();
-                    out.push((
-                        location.value().to_string(),
-                        (!uuid.is_empty()).then(|| uuid.to_string()),
-                    ));
-                }
-                Ok(out)
-            })
+        Ok(self
+            .store
+            .location_claims()
             .await?
-        };
-        Ok(rows
             .into_iter()
             .map(|(location, uuid)| Claim {
                 location: PathBuf::from(location),
@@ -184,31 +129,15 @@ impl RedbCatalog {
     /// The store's error.
     pub(crate) async fn neighbours(&self) -> Result<Vec<Neighbour>> {
         // (name, identifier in this catalog, metadata location)
-        let mut pointers: Vec<(String, Option<TableIdent>, String)> = Vec::new();
-        if let Some(pg) = self.database() {
-            for (ns, name, metadata_location) in pg.all_pointers().await? {
-                let ident = NamespaceIdent::from_vec(ns)
-                    .ok()
-                    .map(|ns| TableIdent::new(ns, name));
-                let Some(ident) = ident else { continue };
-                pointers.push((ident.to_string(), Some(ident), metadata_location));
-            }
-            for (name, metadata_location) in pg.other_catalogs_tables().await? {
-                pointers.push((name, None, metadata_location));
-            }
-        } else {
-            pointers = self
-                .read(|txn| {
-                    let tables = txn.open_table(TABLES).map_err(redb_error)?;
-                    let mut out = Vec::new();
-                    for row in tables.iter().map_err(redb_error)? {
-                        let (key, location) = row.map_err(redb_error)?;
-                        let ident = TableIdent::from_strs(split_key(key.value()))?;
-                        out.push((ident.to_string(), Some(ident), location.value().to_string()));
-                    }
-                    Ok(out)
-                })
-                .await?;
+        let mut pointers: Vec<(String, Option<TableIdent>, String)> = self
+            .store
+            .all_pointers()
+            .await?
+            .into_iter()
+            .map(|(ident, location)| (ident.to_string(), Some(ident), location))
+            .collect();
+        for (name, metadata_location) in self.store.other_catalogs_tables().await? {
+            pointers.push((name, None, metadata_location));
         }
         Ok(pointers
             .into_iter()
@@ -281,25 +210,9 @@ impl RedbCatalog {
 
     /// Gives the claim without uuid at `location` to table `uuid`; whether it did.
     async fn adopt_location(&self, location: &Path, uuid: &str) -> Result<bool> {
-        let key = location.to_string_lossy().into_owned();
-        if let Some(pg) = self.database() {
-            return pg.adopt_location(&key, uuid).await;
-        }
-        let uuid = uuid.to_string();
-        self.ddl(move |txn| {
-            let mut claims = txn.open_table(LOCATION_CLAIMS).map_err(redb_error)?;
-            let unclaimed = claims
-                .get(key.as_str())
-                .map_err(redb_error)?
-                .is_some_and(|v| v.value().is_empty());
-            if unclaimed {
-                claims
-                    .insert(key.as_str(), uuid.as_str())
-                    .map_err(redb_error)?;
-            }
-            Ok(unclaimed)
-        })
-        .await
+        self.store
+            .adopt_location(&location.to_string_lossy(), uuid)
+            .await
     }
 
     /// Removes `table`'s claim of its location (after its files were purged).
@@ -310,23 +223,10 @@ impl RedbCatalog {
         let Some(location) = self.location_key(table.metadata().location()) else {
             return Ok(());
         };
-        let key = location.to_string_lossy().into_owned();
         let uuid = table.metadata().uuid().to_string();
-        if let Some(pg) = self.database() {
-            return pg.release_location(&key, &uuid).await;
-        }
-        self.ddl(move |txn| {
-            let mut claims = txn.open_table(LOCATION_CLAIMS).map_err(redb_error)?;
-            let held = claims
-                .get(key.as_str())
-                .map_err(redb_error)?
-                .is_some_and(|v| v.value() == uuid);
-            if held {
-                claims.remove(key.as_str()).map_err(redb_error)?;
-            }
-            Ok(())
-        })
-        .await
+        self.store
+            .release_location(&location.to_string_lossy(), &uuid)
+            .await
     }
 
     /// The location of a new table `ident` (module docs): `explicit` when free, or the
@@ -408,22 +308,6 @@ pub(crate) fn claim_of(catalog: &RedbCatalog, table: &Table) -> Option<(String, 
         location.to_string_lossy().into_owned(),
         table.metadata().uuid().to_string(),
     ))
-}
-
-/// Writes the claim `(location, uuid)` in the redb write transaction of a create.
-/// Returns `false` when another table holds the location.
-///
-/// # Errors
-/// redb's error.
-pub(super) fn claim_in(
-    claims: &mut redb::Table<'_, &'static str, &'static str>,
-    (location, uuid): (&str, &str),
-) -> std::result::Result<bool, redb::Error> {
-    if let Some(held) = claims.get(location)? {
-        return Ok(held.value() == uuid);
-    }
-    claims.insert(location, uuid)?;
-    Ok(true)
 }
 
 /// Table properties that move where a table's files go (Iceberg's `write.data.path`,

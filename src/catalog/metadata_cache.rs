@@ -91,3 +91,11 @@ impl MetadataCache {
         self.lock().remove(key);
     }
 }
+/// The key a table's entries are kept under: its name elements joined by U+001F (which
+/// no name holds: the stores refuse it), so `a.b`.`c` and `a`.`b.c` stay apart.
+pub(super) fn cache_key(ident: &iceberg::TableIdent) -> String {
+    let mut key = ident.namespace().join("\u{1f}");
+    key.push('\u{1f}');
+    key.push_str(ident.name());
+    key
+}

@@ -1,29 +1,33 @@
-//! The redb-backed Iceberg catalog: skade's single durability point.
+//! The Iceberg catalog skade serves and commits through, over a durable store of its
+//! state (a redb file, or a PostgreSQL database shared by several instances).
 //!
-//! [`RedbCatalog`] implements [`iceberg::Catalog`] over one redb file. Each table's
-//! current metadata location is a row in redb; a commit writes the new metadata JSON,
-//! makes the warehouse durable ([`crate::storage::durable::sync_warehouse`]) and flips the pointer in ONE
-//! redb write transaction at `Durability::Immediate` — a compare-and-swap against the
-//! location the commit was built on. A moved pointer is a *retryable*
-//! `CatalogCommitConflicts`, so iceberg's `Transaction::commit` rebases and retries (the
-//! same contract as iceberg-rust's SQL catalog).
+//! [`RedbCatalog`] implements [`iceberg::Catalog`]. Each table's current metadata
+//! location is a pointer in its [`store`]; a commit writes the new metadata JSON, makes the
+//! warehouse durable ([`crate::storage::durable::sync_warehouse`]) and flips the pointer
+//! in ONE transaction of the store — a compare-and-swap against the location the commit
+//! was built on. A moved pointer is a *retryable* `CatalogCommitConflicts`, so iceberg's
+//! `Transaction::commit` rebases and retries (the same contract as iceberg-rust's SQL
+//! catalog).
 //!
-//! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one write
+//! [`RedbCatalog::atomic_release_raw`] is the multi-table form: N tables, one
 //! transaction, one fsync, all or nothing (`docs/design/ingest_multi.md` §f0, §f4).
 //! Concurrent commits (of different tables, or several multi-table releases) share one
-//! warehouse sync and one write transaction (`group_commit.rs`), each still acked only
-//! after that transaction is durable. The latest metadata of each table is kept parsed
+//! warehouse sync and one transaction (`group_commit.rs`), each still acked only after
+//! that transaction is durable. The latest metadata of each table is kept parsed
 //! (`metadata_cache.rs`), so a commit does not re-read the JSON it just wrote.
 //! [`gc`] removes the files no table's metadata references (`skade gc`).
 //!
-//! One job per module: this file holds [`RedbCatalog`] and opens it; `face.rs` is the
-//! `impl iceberg::Catalog`; `store.rs` the redb tables, their key codec and transactions
-//! (and the one walk over every table); `commit.rs` the one commit driver every commit
-//! of this process runs ([`RedbCatalog::commit`]: the table's commit turn, the table as
-//! it stands, the caller's stage, the release, the conflict policy); `release.rs` the
-//! release under it ([`RedbCatalog::atomic_release`]); `group_commit.rs` the shared write transaction;
-//! `counters.rs` the commit counts; `error.rs` the catalog's errors; `blocking.rs` running
-//! blocking I/O off the runtime.
+//! One job per module: this file holds [`RedbCatalog`] and opens it; [`store`] the
+//! durable state behind one trait, a room per backend; `face.rs` is the
+//! `impl iceberg::Catalog`; `tables.rs` the catalog's own reads and DDL beyond it
+//! (every table, pointers, marks); `commit.rs` the one commit driver every commit of
+//! this process runs ([`RedbCatalog::commit`]: the table's commit turn, the table as it
+//! stands, the caller's stage, the release, the conflict policy); `release.rs` the
+//! release under it ([`RedbCatalog::atomic_release`]); `group_commit.rs` the shared
+//! transaction; `locations.rs` where a new table goes and which locations cleanup may
+//! sweep; `shared.rs` what instances sharing a store ask of each other; `counters.rs`
+//! the commit counts; `error.rs` the catalog's errors; `blocking.rs` running blocking
+//! I/O off the runtime.
 mod blocking;
 pub mod commit;
 mod counters;
@@ -39,11 +43,11 @@ pub mod marks;
 mod metadata_cache;
 mod metadata_json;
 mod pins;
-pub mod postgres;
 mod purge;
 mod release;
 mod shared;
-mod store;
+pub mod store;
+mod tables;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -53,16 +57,16 @@ use iceberg::io::FileIO;
 use iceberg::spec::{TableMetadata, TableMetadataRef};
 use iceberg::table::Table;
 use iceberg::{Result, TableIdent};
-use redb::Database;
 
 use crate::storage::Warehouse;
+use crate::storage::file_store::FileStore;
 pub use blocking::run_blocking_io;
 pub use commit::{
     COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome,
     SHARED_COMMIT_POLICY, StageResult, Staged,
 };
 pub use counters::{CommitCounts, redb_commit_count};
-use error::{io_error, redb_error};
+use error::io_error;
 pub use error::{is_lock_error, is_storage_failure};
 use group_commit::Committer;
 pub use locations::{OBJECT_STORAGE_PROPERTY, Ownership, PATH_PROPERTIES, check_file_paths};
@@ -70,30 +74,25 @@ use metadata_cache::MetadataCache;
 pub use pins::WritePin;
 pub(crate) use purge::is_plain_absolute;
 pub use release::{CommitPause, Release, ReleaseEntry};
-use store::{KEY_SEP, NAMESPACES, TABLES};
+use store::Store;
+pub use store::StoreKind;
+use store::postgres::PgStore;
+use store::redb::RedbStore;
 
-/// Where a catalog's durable state — namespaces, table pointers, producers' marks — lives:
-/// the embedded redb file (the default) or a shared PostgreSQL database in the Iceberg
-/// JDBC catalog's schema ([`postgres`]). Everything above it (the commit driver, the
-/// release protocol, the metadata JSON, the caches, group commit) is the same for both.
-#[derive(Debug, Clone)]
-pub(crate) enum Store {
-    /// One redb file, opened by this process alone.
-    Redb(Arc<Database>),
-    /// A PostgreSQL database shared with other instances.
-    Postgres(Arc<postgres::PgStore>),
-}
-
-/// An [`iceberg::Catalog`] stored in one redb file (or, opened with
-/// [`RedbCatalog::open_postgres`], in a PostgreSQL database shared by several instances), with tables under a warehouse (a local
-/// directory or an S3 prefix, [`Warehouse`]) laid out as
-/// `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
+/// An [`iceberg::Catalog`] whose durable state — namespaces, table pointers, producers'
+/// marks, location claims — is kept in a [`Store`]: one redb file
+/// ([`RedbCatalog::open`]), or a PostgreSQL database shared by several instances
+/// ([`RedbCatalog::open_postgres`]); with tables under a warehouse (a local directory or
+/// an S3 prefix, [`Warehouse`]) laid out as `<warehouse>/<namespace...>/<table>/{data,metadata}/`.
+/// Everything above the store (the commit driver, the release protocol, the metadata
+/// JSON, the caches, group commit) is the same for both. (The name is the design notes'
+/// `RedbCatalog`, from when redb was its only store.)
 ///
 /// Cheap to share behind an `Arc`; every method may be called concurrently.
 #[derive(Debug)]
 pub struct RedbCatalog {
     /// Where the catalog's durable state lives.
-    store: Store,
+    store: Arc<dyn Store>,
     warehouse: Warehouse,
     file_io: FileIO,
     runtime: Runtime,
@@ -131,28 +130,19 @@ impl RedbCatalog {
     pub fn open_in(catalog_path: &Path, warehouse: Warehouse) -> Result<Self> {
         let warehouse = local_absolute(warehouse)?;
         let file_io = warehouse.file_io()?;
-        let db = Arc::new(Database::create(catalog_path).map_err(|e| {
-            redb_error(e).with_context("catalog", catalog_path.display().to_string())
-        })?);
-        let txn = db.begin_write().map_err(redb_error)?;
-        txn.open_table(NAMESPACES).map_err(redb_error)?;
-        txn.open_table(TABLES).map_err(redb_error)?;
-        marks::init(&txn).map_err(redb_error)?;
-        locations::init(&txn, &crate::storage::file_store::FileStore::of(&warehouse))
-            .map_err(redb_error)?;
-        txn.commit().map_err(redb_error)?;
-        Self::over(Store::Redb(db), warehouse, file_io, Arc::default())
+        let store = RedbStore::open(catalog_path, &FileStore::of(&warehouse))?;
+        Self::over(Arc::new(store), warehouse, file_io, Arc::default())
     }
 
     /// Opens the catalog kept in the PostgreSQL database at `url` (`postgres://user:
     /// password@host:port/database`) under the JDBC catalog name `catalog_name`, with at
     /// most `pool_size` connections (and as many more for commit turns when `turn` is
-    /// [`postgres::turns::CommitTurn::Database`]), tables under `warehouse` — which every instance
+    /// [`store::postgres::turns::CommitTurn::Database`]), tables under `warehouse` — which every instance
     /// sharing the database must reach the same way (one S3 prefix, or one directory
     /// they all mount). Creates or upgrades the catalog's tables (safe from several
-    /// instances at once) and registers this instance ([`postgres`], README "Running
+    /// instances at once) and registers this instance ([`store::postgres`], README "Running
     /// several instances"); renews the registration every
-    /// [`postgres::cluster::HEARTBEAT_EVERY`] while the catalog lives.
+    /// [`store::postgres::cluster::HEARTBEAT_EVERY`] while the catalog lives.
     ///
     /// Must be called inside a tokio runtime with timers enabled.
     ///
@@ -164,27 +154,26 @@ impl RedbCatalog {
         url: &str,
         catalog_name: &str,
         pool_size: usize,
-        turn: postgres::turns::CommitTurn,
+        turn: store::postgres::turns::CommitTurn,
         warehouse: Warehouse,
     ) -> std::result::Result<Arc<Self>, OpenError> {
         // The database first: a start refused by it creates nothing on disk.
         let pins: Arc<pins::Pins> = Arc::default();
-        let store = postgres::PgStore::connect(url, catalog_name, pool_size, turn, pins.clone())
+        let store = PgStore::connect(url, catalog_name, pool_size, turn, pins.clone())
             .await
             .map_err(OpenError::Database)?;
         let warehouse = local_absolute(warehouse).map_err(OpenError::Warehouse)?;
         let file_io = warehouse.file_io().map_err(OpenError::Warehouse)?;
         let store = Arc::new(store);
         let catalog = Arc::new(
-            Self::over(Store::Postgres(store.clone()), warehouse, file_io, pins)
-                .map_err(OpenError::Warehouse)?,
+            Self::over(store.clone(), warehouse, file_io, pins).map_err(OpenError::Warehouse)?,
         );
-        postgres::cluster::spawn_heartbeat(Arc::downgrade(&store));
+        store::postgres::cluster::spawn_heartbeat(Arc::downgrade(&store));
         Ok(catalog)
     }
 
     fn over(
-        store: Store,
+        store: Arc<dyn Store>,
         warehouse: Warehouse,
         file_io: FileIO,
         pins: Arc<pins::Pins>,
@@ -211,32 +200,9 @@ impl RedbCatalog {
         })
     }
 
-    /// The shared catalog database, when this catalog is kept in one.
-    pub(crate) fn database(&self) -> Option<&Arc<postgres::PgStore>> {
-        match &self.store {
-            Store::Postgres(pg) => Some(pg),
-            Store::Redb(_) => None,
-        }
-    }
-
-    /// The redb file, when this catalog is kept in one.
-    ///
-    /// # Errors
-    /// `Unexpected` for a catalog kept in PostgreSQL (a redb-only path was reached).
-    fn redb(&self) -> Result<&Arc<Database>> {
-        match &self.store {
-            Store::Redb(db) => Ok(db),
-            Store::Postgres(_) => Err(iceberg::Error::new(
-                iceberg::ErrorKind::Unexpected,
-                "a redb catalog operation was called on a PostgreSQL catalog",
-            )),
-        }
-    }
-
-    /// Whether the catalog is kept in a PostgreSQL database shared with other instances
-    /// (rather than in this process's redb file).
-    pub fn is_shared(&self) -> bool {
-        self.database().is_some()
+    /// Where the catalog's durable state lives (for the start-up log and messages).
+    pub fn store_kind(&self) -> StoreKind {
+        self.store.kind()
     }
 
     /// The warehouse: a local directory (absolute) or an S3 prefix.
@@ -312,7 +278,7 @@ fn local_absolute(warehouse: Warehouse) -> Result<Warehouse> {
 pub enum OpenError {
     /// The catalog database: a bad URL, unreachable, refused, or its schema.
     #[error(transparent)]
-    Database(#[from] postgres::PgOpenError),
+    Database(#[from] store::postgres::PgOpenError),
     /// The warehouse could not be created or its storage configured.
     #[error("{}", .0.message())]
     Warehouse(iceberg::Error),

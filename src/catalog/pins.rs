@@ -18,7 +18,7 @@ const SLACK: Duration = Duration::from_secs(2);
 
 /// The live pins of one catalog, by id.
 #[derive(Debug, Default)]
-pub(super) struct Pins {
+pub(crate) struct Pins {
     live: Mutex<(u64, BTreeMap<u64, SystemTime>)>,
 }
 

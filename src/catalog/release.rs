@@ -15,9 +15,10 @@ use iceberg::{
 };
 
 use super::blocking::run_blocking_io;
-use super::group_commit::{self, Flip};
+use super::group_commit;
+use super::metadata_cache::cache_key;
 use super::metadata_json::{self, Refs, Written};
-use super::store::{key_of, table_key};
+use super::store::Flip;
 use super::{RedbCatalog, marks};
 
 /// A pause of a catalog's commits ([`RedbCatalog::pause_commits`]); dropping it resumes
@@ -72,8 +73,9 @@ pub(super) struct PreparedCommit {
     /// key must then still be absent).
     base_location: Option<String>,
     new_location: String,
-    /// Namespace keys (every level) to insert when absent; only for creates.
-    namespaces: Vec<String>,
+    /// Namespaces (every level, outermost first) to create when absent; only for
+    /// creates.
+    namespaces: Vec<iceberg::NamespaceIdent>,
     /// The claim of the table's location (key, table uuid) a create writes
     /// (`locations.rs`); only for creates.
     claim: Option<(String, String)>,
@@ -201,8 +203,8 @@ impl RedbCatalog {
         for requirement in &requirements {
             requirement.check(Some(planned.metadata()))?;
         }
-        let key = table_key(&ident)?;
-        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        let key = cache_key(&ident);
+        let mark = marks::MarkAdvance::from_updates(&ident, &updates)?;
         check_file_paths_after(&ident, planned.metadata(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
@@ -222,7 +224,7 @@ impl RedbCatalog {
         };
         let parts = ident.namespace().as_ref();
         let namespaces = (1..=parts.len())
-            .map(|depth| key_of(&parts[..depth]))
+            .map(|depth| iceberg::NamespaceIdent::from_vec(parts[..depth].to_vec()))
             .collect::<Result<Vec<_>>>()?;
         let table = self.table_handle(ident.clone(), new_location.clone(), metadata)?;
         Ok(PreparedCommit {
@@ -338,8 +340,8 @@ impl RedbCatalog {
         for requirement in &requirements {
             requirement.check(Some(base.metadata()))?;
         }
-        let key = table_key(ident)?;
-        let mark = marks::MarkAdvance::from_updates(&key, &ident.to_string(), &updates)?;
+        let key = cache_key(ident);
+        let mark = marks::MarkAdvance::from_updates(ident, &updates)?;
         check_file_paths_after(ident, base.metadata(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
         let base_written = self.metadata.written(&key, &base_location);
@@ -378,10 +380,9 @@ impl RedbCatalog {
         let flips = prepared
             .iter()
             .map(|p| Flip {
-                key: p.key.clone(),
+                ident: p.table.identifier().clone(),
                 base: p.base_location.clone(),
                 new: p.new_location.clone(),
-                table: p.table.identifier().to_string(),
                 namespaces: p.namespaces.clone(),
                 claim: p.claim.clone(),
                 mark: p.mark.clone(),

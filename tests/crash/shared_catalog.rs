@@ -281,7 +281,7 @@ async fn three_instances_on_one_postgres_catalog_lose_nothing_across_kills() {
         &url,
         "skade",
         4,
-        skade::catalog::postgres::turns::CommitTurn::Instance,
+        skade::catalog::store::postgres::turns::CommitTurn::Instance,
         Warehouse::Local(warehouse),
     )
     .await

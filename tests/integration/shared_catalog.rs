@@ -163,7 +163,7 @@ async fn instances_starting_together_create_the_schema_once() {
             &url,
             "skade",
             2,
-            skade::catalog::postgres::turns::CommitTurn::Database,
+            skade::catalog::store::postgres::turns::CommitTurn::Database,
             skade::storage::Warehouse::Local(warehouse.path().to_path_buf()),
         )
     });
@@ -235,7 +235,7 @@ async fn two_catalogs_and_a_table(
             url,
             "skade",
             4,
-            skade::catalog::postgres::turns::CommitTurn::Database,
+            skade::catalog::store::postgres::turns::CommitTurn::Database,
             skade::storage::Warehouse::Local(warehouse.to_path_buf()),
         )
     };
@@ -292,7 +292,7 @@ async fn set_property(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_table_turn_is_one_across_instances_and_passes_on_when_its_holder_goes_quiet() {
     use iceberg::Catalog;
-    use skade::catalog::postgres::turns::TURN_IDLE_TIMEOUT;
+    use skade::catalog::store::postgres::turns::TURN_IDLE_TIMEOUT;
     let pg = PgCluster::start();
     let url = pg.create_database("turns");
     let warehouse = tempfile::tempdir().expect("warehouse");

@@ -5,8 +5,7 @@
 
 use iceberg::Result;
 
-use super::PgStore;
-use super::rows::IS_TABLE;
+use super::{IS_TABLE, PgStore};
 
 /// Claims `$1` (location) for table `$3` (uuid) of catalog `$2` unless a row holds the
 /// location: 0 rows inserted means another table claimed it.

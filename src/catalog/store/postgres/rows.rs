@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use iceberg::{Error, ErrorKind, Result};
 
-use super::{PgStore, namespace_levels, namespace_string};
+use super::{IS_TABLE, PgStore, namespace_levels, namespace_string};
 use crate::catalog::marks::WriterMark;
 
 /// The property the JDBC catalog writes for a namespace without properties.
@@ -24,9 +24,6 @@ pub(crate) const EXISTS_PROPERTY: &str = "exists";
 pub(super) const INSERT_TABLE: &str = "INSERT INTO iceberg_tables (catalog_name,
     table_namespace, table_name, metadata_location, previous_metadata_location, iceberg_type)
     VALUES ($1, $2, $3, $4, NULL, 'TABLE') ON CONFLICT DO NOTHING";
-
-/// The `iceberg_type` condition of a table row.
-pub(super) const IS_TABLE: &str = "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
 
 /// `ns` escaped for a `LIKE` pattern matching every namespace below it.
 fn below(ns: &str) -> String {
@@ -394,10 +391,11 @@ impl PgStore {
                 .await
                 .map_err(|e| self.error(e))?;
             if claimed == 0 {
-                return Err(crate::catalog::group_commit::location_taken(
-                    &format!("{ns}.{name}"),
-                    key,
-                ));
+                let ident = iceberg::TableIdent::new(
+                    iceberg::NamespaceIdent::from_vec(levels.to_vec())?,
+                    name.to_string(),
+                );
+                return Err(crate::catalog::store::location_taken(&ident, key));
             }
         }
         txn.commit().await.map_err(|e| self.error(e))

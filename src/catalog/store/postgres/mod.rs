@@ -17,7 +17,8 @@
 //!
 //! One job per module: this file connects and maps errors; [`schema`] creates and
 //! upgrades the tables; [`rows`] reads and writes namespaces, pointers and marks;
-//! [`batch`] runs one group-commit batch; [`cluster`] registers this instance, publishes
+//! [`locations`] the location claims and the other catalog names' tables; [`batch`]
+//! runs one group-commit batch; [`store`] is all of it as the catalog's `Store`; [`cluster`] registers this instance, publishes
 //! its oldest write pin and takes the maintenance locks; [`turns`] takes the commit turns
 //! across instances; [`tls`] reads the URL's `sslmode` and `sslrootcert`.
 
@@ -26,6 +27,7 @@ pub mod cluster;
 mod locations;
 mod rows;
 mod schema;
+mod store;
 mod tls;
 pub mod turns;
 
@@ -36,7 +38,10 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use iceberg::{Error, ErrorKind, Result};
 
-use super::pins::Pins;
+use crate::catalog::pins::Pins;
+
+/// The `iceberg_type` condition of a table row (a view's row is not a table).
+pub(super) const IS_TABLE: &str = "(iceberg_type = 'TABLE' OR iceberg_type IS NULL)";
 
 /// How long a statement may run before PostgreSQL cancels it (`statement_timeout`).
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,7 +108,7 @@ impl PgStore {
     ///
     /// # Errors
     /// [`PgOpenError`] naming `--catalog`.
-    pub(super) async fn connect(
+    pub(crate) async fn connect(
         url: &str,
         catalog: &str,
         pool_size: usize,

@@ -25,8 +25,9 @@ use std::time::Duration;
 use deadpool_postgres::{Object, Pool, Timeouts};
 use iceberg::{Result, TableIdent};
 
-use super::rows::IS_TABLE;
-use super::{CONNECT_TIMEOUT, PgStore, cluster::lock_key, namespace_levels, namespace_string};
+use super::{
+    CONNECT_TIMEOUT, IS_TABLE, PgStore, cluster::lock_key, namespace_levels, namespace_string,
+};
 
 /// How long a turn may sit unused (its holder staging, or gone without closing its
 /// connection) before PostgreSQL ends it and lets the next instance commit the table
