@@ -35,14 +35,18 @@ from pyiceberg.table.update import (
     AssertTableUUID,
     SetSnapshotRefUpdate,
 )
+from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer, for a delete manifest."""
+    """pyiceberg's v2 manifest writer, for a delete manifest, with the spec's
+    ``equality_ids`` type (``list<int>``, field 135; pyiceberg 0.12 writes ``list<long>``,
+    which Iceberg Java and DuckDB fail to read)."""
 
     def content(self) -> ManifestContent:
         return ManifestContent.DELETES
@@ -50,6 +54,23 @@ class _DeleteManifestWriter(ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+    def _with_partition(self, format_version):
+        schema = super()._with_partition(format_version)
+        return Schema(*[_int_equality_ids(f) for f in schema.fields], schema_id=schema.schema_id)
+
+
+def _int_equality_ids(field: NestedField) -> NestedField:
+    """``field`` with every ``equality_ids`` (field 135) below it as ``list<int>``."""
+    if field.field_id == 135:
+        element = ListType(element_id=136, element_type=IntegerType(), element_required=True)
+        return NestedField(field_id=135, name=field.name, field_type=element,
+                           required=field.required, doc=field.doc)
+    if isinstance(field.field_type, StructType):
+        inner = StructType(*[_int_equality_ids(f) for f in field.field_type.fields])
+        return NestedField(field_id=field.field_id, name=field.name, field_type=inner,
+                           required=field.required, doc=field.doc)
+    return field
 
 
 def _field(name: str, type_: pa.DataType, field_id: int) -> pa.Field:
