@@ -25,7 +25,8 @@ bytes on disk under the warehouse by kind, bytes and files waiting out a cleanup
 (``skade_cleanup_waiting_*``), the largest current metadata JSON, metadata JSON files,
 snapshots and live data files, maintenance pass time. At the end: one PNG per quantity
 and ``summary.md`` (also printed): first-window / last-window ratios and the targets,
-met or not met.
+met or not met. ``--replot RUN_DIR`` draws a recorded run's PNGs again from its
+``soak.csv`` (the repository keeps every run's CSV and summary, and one run's plots).
 """
 
 from __future__ import annotations
@@ -896,6 +897,8 @@ def summarize(rows, sampler, args, duration, cap_bytes, commit_interval_s, grace
 
 
 def plot(rows: list[dict], out: Path, label: str) -> list[Path]:
+    """One PNG per figure of ``FIGURES`` in ``out``. A figure none of whose columns the
+    rows have (a CSV of an older harness, read back by ``--replot``) is left out."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -904,6 +907,9 @@ def plot(rows: list[dict], out: Path, label: str) -> list[Path]:
     desc = dict(COLUMNS)
     made = []
     for name, title, keys in FIGURES:
+        keys = [k for k in keys if rows and k in rows[0]]
+        if not keys:
+            continue
         fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
         for key in keys:
             xs = [r["t_s"] / 60 for r in rows if r[key] is not None]
@@ -921,6 +927,38 @@ def plot(rows: list[dict], out: Path, label: str) -> list[Path]:
         plt.close(fig)
         made.append(path)
     return made
+
+
+def read_rows(csv_path: Path) -> list[dict]:
+    """The rows of a run's ``soak.csv`` as the sampler made them: numbers, ``None`` where
+    a sample had no figure (an empty cell)."""
+    with open(csv_path, newline="") as f:
+        return [{k: (float(v) if v else None) for k, v in rec.items()} for rec in csv.DictReader(f)]
+
+
+def replot(run: Path, out: Path | None) -> int:
+    """Draws a recorded run's plots again from its ``soak.csv`` (into ``out``, else the
+    run's directory), labelled as the run drew them: warehouse and start time, read from
+    its ``summary.md`` when it has one, else the directory's name."""
+    csv_path = run / "soak.csv"
+    if not csv_path.is_file():
+        raise SystemExit(f"no soak.csv in {run}")
+    rows = read_rows(csv_path)
+    if not rows:
+        raise SystemExit(f"{csv_path} has no samples")
+    label = run.resolve().name
+    summary = run / "summary.md"
+    if summary.is_file():
+        text = summary.read_text()
+        kind = re.search(r"^# Soak summary \((\w+) warehouse", text, re.M)
+        started = re.search(r"^Started (\d{4}-\d\d-\d\d \d\d:\d\d) UTC", text, re.M)
+        if kind and started:
+            label = f"{kind.group(1)}, {started.group(1)} UTC"
+    target = out or run
+    target.mkdir(parents=True, exist_ok=True)
+    plots = plot(rows, target, label)
+    print(f"{len(rows)} samples from {csv_path}: {len(plots)} PNGs in {target}")
+    return 0
 
 
 def server_flag(args: list[str], flag: str, default: str) -> str:
@@ -960,7 +998,12 @@ def main() -> int:
                    help="extra `skade serve` argument (repeat; e.g. --server-arg=--commit-interval=5s)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 unless every load ran and each sample has its figures (the CI form)")
+    p.add_argument("--replot", type=Path, metavar="RUN_DIR",
+                   help="run nothing: draw the plots of a recorded run again from RUN_DIR/soak.csv "
+                   "(into --out, else RUN_DIR)")
     args = p.parse_args()
+    if args.replot:
+        return replot(args.replot, args.out)
     args.started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     if not args.skade_bin.is_file():
         raise SystemExit(f"no skade binary at {args.skade_bin} (cargo build --release, or --skade-bin)")

@@ -1,6 +1,6 @@
-"""Interop: the README's exactly-once producer survives a SIGKILL of the server.
+"""Interop: the documented exactly-once producer survives a SIGKILL of the server.
 
-The ``produce`` function is taken verbatim from the README (between
+The ``produce`` function is taken verbatim from ``docs/exactly-once.md`` (between
 ``<!-- exactly-once:begin -->`` and ``<!-- exactly-once:end -->``) and run in a thread
 against a real ``skade serve`` that commits one small data file at a time. Once some
 batches are durable the server is SIGKILLed mid-stream and started again on the same
@@ -30,16 +30,16 @@ from pyiceberg.catalog import load_catalog
 
 from conftest import DEFAULT_BIN, _healthz_ok, free_tcp_ports
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "exactly-once.md"
 BATCHES, ROWS = 120, 50
 
 
-def readme_producer():
-    text = README.read_text()
+def documented_producer():
+    text = GUIDE.read_text()
     block = text.split("<!-- exactly-once:begin -->", 1)[1].split("<!-- exactly-once:end -->", 1)[0]
     code = re.search(r"```python\n(.*?)```", block, re.S).group(1)
     namespace: dict = {}
-    exec(code, namespace)  # the README's own code
+    exec(code, namespace)  # the guide's own code
     return namespace["produce"]
 
 
@@ -105,13 +105,13 @@ def skade_server(any_warehouse_server):
 
 
 @pytest.mark.parametrize("catalog", ["redb", "postgres"])
-def test_the_readme_producer_lands_every_row_once_across_a_server_kill(
+def test_the_documented_producer_lands_every_row_once_across_a_server_kill(
     tmp_path, monkeypatch, catalog, request
 ):
     """Catches rows lost or doubled when the server dies mid-stream and the producer
     retries -- on a PostgreSQL catalog against another instance that took over."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    produce = readme_producer()
+    produce = documented_producer()
     extra = []
     if catalog == "postgres":
         database = request.getfixturevalue("postgres_database")("exactly_once")
@@ -159,10 +159,10 @@ def test_the_readme_producer_lands_every_row_once_across_a_server_kill(
         server.stop()
 
 
-def test_the_readme_producer_raises_a_permanent_refusal_instead_of_retrying(skade_server):
-    """Catches a README producer that retries a refusal no resend can fix (here a uint64
+def test_the_documented_producer_raises_a_permanent_refusal_instead_of_retrying(skade_server):
+    """Catches a documented producer that retries a refusal no resend can fix (here a uint64
     column, InvalidArgument) forever instead of raising it."""
-    produce = readme_producer()
+    produce = documented_producer()
     batches = [pa.record_batch({"id": pa.array([1, 2, 3], pa.uint64())})]
     outcome: list[BaseException] = []
 

@@ -1,10 +1,10 @@
 """What a newcomer and an operator meet first, checked against the real ``skade`` binary.
 
 * The README's first screen: its one complete example (a pyarrow put, read back with
-  pyiceberg through the REST catalog) runs as written against a fresh server, and its
-  ``decode_commit_ack`` snippet decodes the acks of a real put.
-* DuckDB reads a table through skade's REST catalog with the README's SQL (the
-  extensions from PyPI's ``duckdb-ext-*`` instead of ``INSTALL``).
+  pyiceberg through the REST catalog) runs as written against a fresh server, and the
+  ``decode_commit_ack`` snippet of ``docs/writing.md`` decodes the acks of a real put.
+* DuckDB reads a table through skade's REST catalog with the SQL of ``docs/reading.md``
+  (the extensions from PyPI's ``duckdb-ext-*`` instead of ``INSTALL``).
 * A client process killed mid-put: the server logs it at ``info`` as ``client left``
   and counts it under ``skade_ingest_errors_total{code="Cancelled"}`` -- no ``WARN``,
   no ``Unknown``.
@@ -36,6 +36,8 @@ import pytest
 from conftest import REPO_ROOT, free_tcp_ports, launch_skade, wait_for
 
 README = REPO_ROOT / "README.md"
+WRITING = REPO_ROOT / "docs" / "writing.md"
+READING = REPO_ROOT / "docs" / "reading.md"
 RULES = REPO_ROOT / "deploy" / "prometheus" / "skade-rules.yaml"
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "skade-dashboard.json"
 
@@ -103,12 +105,12 @@ def test_readme_first_screen_example_writes_and_reads_back(fresh_server, tmp_pat
     assert 'name: [["a","b",null]]' in done.stdout, done.stdout
 
 
-# Catches: a README decoder that misreads a field (e.g. the signed snapshot id, or the
-# `final` flag) of the acks a real put returns.
-def test_readme_commit_ack_decoder_decodes_real_acks(skade_server):
-    [snippet] = [b for b in python_blocks(README.read_text()) if "def decode_commit_ack" in b]
+# Catches: a documented decoder (docs/writing.md) that misreads a field (e.g. the signed
+# snapshot id, or the `final` flag) of the acks a real put returns.
+def test_docs_commit_ack_decoder_decodes_real_acks(skade_server):
+    [snippet] = [b for b in python_blocks(WRITING.read_text()) if "def decode_commit_ack" in b]
     namespace: dict = {}
-    exec(compile(snippet, "README.md:decode_commit_ack", "exec"), namespace)  # noqa: S102
+    exec(compile(snippet, "docs/writing.md:decode_commit_ack", "exec"), namespace)  # noqa: S102
     decode = namespace["decode_commit_ack"]
 
     table = pa.table({"id": list(range(10))})
@@ -125,13 +127,13 @@ def test_readme_commit_ack_decoder_decodes_real_acks(skade_server):
     assert last["snapshot_id"] == snapshot, (last, snapshot)
 
 
-# Catches: a DuckDB example that does not work as written (a missing LOAD, a wrong ATTACH
-# option, a catalog answer DuckDB cannot read).
-def test_readme_duckdb_example_reads_the_table(fresh_server):
+# Catches: a DuckDB example (docs/reading.md) that does not work as written (a missing
+# LOAD, a wrong ATTACH option, a catalog answer DuckDB cannot read).
+def test_docs_duckdb_example_reads_the_table(fresh_server):
     import duckdb
     import duckdb_ext
 
-    [sql] = re.findall(r"^  ```sql\n(.*?)^  ```", README.read_text(), flags=re.S | re.M)
+    [sql] = re.findall(r"^  ```sql\n(.*?)^  ```", READING.read_text(), flags=re.S | re.M)
     statements = [line.strip() for line in sql.splitlines() if line.strip()]
     assert statements[0].startswith("INSTALL iceberg"), statements
     assert "LOAD iceberg;" in statements, statements
