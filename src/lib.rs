@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod proto;
 pub mod read;
 pub mod rest;
+pub mod snapshot;
 pub mod storage;
 pub mod tls;
 pub mod write;

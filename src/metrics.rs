@@ -943,6 +943,7 @@ mod tests {
                 table,
                 requirements: Vec::new(),
                 updates: Vec::new(),
+                mark: None,
             }])
             .await
             .expect("release");

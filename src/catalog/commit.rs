@@ -13,13 +13,16 @@
 //! 3. check each is the table the caller built for (same uuid: a table dropped and
 //!    created again under its name is another table) and, for data commits, still has the
 //!    partition spec the data files were split by;
-//! 4. run the caller's `stage(&current)` — the only part that differs between callers;
+//! 4. run the caller's stage ([`crate::snapshot::Stage`]) on the tables as they stand —
+//!    the only part that differs between callers;
 //! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
 //!    transaction, group-committed), built on the tables as loaded in 2
 //!    ([`Release::AdvanceLoaded`]: the release reads no pointer again; its
 //!    compare-and-swap catches one moved since);
-//! 6. on a retryable conflict of the release, go back to 2 under [`COMMIT_POLICY`]
-//!    ([`SHARED_COMMIT_POLICY`] on a shared catalog).
+//! 6. on a retryable conflict of the release, go back to 2 under the table's retry policy
+//!    ([`CommitPolicy::of`]: Iceberg's `commit.retry.*` table properties, defaulting to
+//!    [`COMMIT_POLICY`], or [`SHARED_COMMIT_POLICY`] on a shared catalog), its waits
+//!    drawn by `backon`'s exponential backoff.
 //!
 //! # The policy, the same for every caller
 //! - A conflict *of the release* that iceberg marks retryable (a requirement failed or a
@@ -28,6 +31,9 @@
 //!   now stand, at most [`COMMIT_RETRIES`] times, waiting [`RETRY_BASE_WAIT`] before the
 //!   first re-stage and twice as long before each further one (20, 40, 80, 160 ms) — the
 //!   count of iceberg's `commit.retry.num-retries` default, Java's exponential backoff.
+//!   A table's `commit.retry.num-retries`, `commit.retry.min-wait-ms`,
+//!   `commit.retry.max-wait-ms` and `commit.retry.total-timeout-ms` (Iceberg's table
+//!   properties) replace the defaults for commits of that table.
 //!   On a shared (PostgreSQL) catalog, where writers that take no turn conflict (another
 //!   JDBC-catalog engine; every instance with `--catalog-commit-turn instance`; a commit
 //!   whose database turn could not be had), [`SHARED_COMMIT_POLICY`] applies instead: up
@@ -50,12 +56,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use futures::future::{BoxFuture, try_join_all};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures::future::try_join_all;
 use iceberg::table::Table;
-use iceberg::{Catalog, Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use iceberg::{Catalog, Error, ErrorKind, Result};
 use tokio::sync::OwnedMutexGuard;
 
 use super::{RedbCatalog, Release};
+use crate::snapshot::{Stage, Staged};
 
 /// Times a commit is staged again after a retryable conflict of its release before it
 /// fails with the conflict: iceberg's `commit.retry.num-retries` default.
@@ -77,6 +85,9 @@ pub struct CommitPolicy {
     /// Each wait is drawn between half of it and all of it, so that commits which
     /// conflicted together do not stage again in lockstep.
     pub jitter: bool,
+    /// The most time all waits of one commit may add up to (`None`: no bound beyond the
+    /// retries).
+    pub total_wait: Option<Duration>,
 }
 
 /// The policy of every commit on the embedded redb catalog: this process's commit turns
@@ -87,6 +98,7 @@ pub const COMMIT_POLICY: CommitPolicy = CommitPolicy {
     base_wait: RETRY_BASE_WAIT,
     max_wait: Duration::from_millis(160),
     jitter: false,
+    total_wait: None,
 };
 
 /// The policy of every commit on a shared (PostgreSQL) catalog: writers that take no
@@ -100,22 +112,78 @@ pub const SHARED_COMMIT_POLICY: CommitPolicy = CommitPolicy {
     base_wait: RETRY_BASE_WAIT,
     max_wait: Duration::from_millis(320),
     jitter: true,
+    total_wait: None,
 };
 
+/// Iceberg's table property: re-stages after a retryable conflict.
+pub const RETRY_NUM_RETRIES: &str = "commit.retry.num-retries";
+/// Iceberg's table property: the first wait, in milliseconds.
+pub const RETRY_MIN_WAIT_MS: &str = "commit.retry.min-wait-ms";
+/// Iceberg's table property: the longest wait, in milliseconds.
+pub const RETRY_MAX_WAIT_MS: &str = "commit.retry.max-wait-ms";
+/// Iceberg's table property: the most time all waits of one commit add up to, in
+/// milliseconds.
+pub const RETRY_TOTAL_TIMEOUT_MS: &str = "commit.retry.total-timeout-ms";
+
 impl CommitPolicy {
-    /// The wait before re-stage number `attempt` (1-based).
-    fn wait(&self, attempt: u32) -> Duration {
-        let full = (self.base_wait * 2u32.saturating_pow(attempt.saturating_sub(1).min(16)))
-            .min(self.max_wait);
-        if !self.jitter {
-            return full;
+    /// The policy of a commit of `tables` on a store whose default is `default`: each
+    /// `commit.retry.*` property a table sets replaces the default's (Iceberg's table
+    /// properties; for several tables the most cautious: fewest retries, shortest
+    /// waits), and a total timeout caps the waits when one is set.
+    pub fn of<'t>(default: CommitPolicy, tables: impl IntoIterator<Item = &'t Table>) -> Self {
+        let mut policy = default;
+        for table in tables {
+            let properties = table.metadata().properties();
+            let number = |key: &str| {
+                properties
+                    .get(key)
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let Some(retries) = number(RETRY_NUM_RETRIES) {
+                policy.retries = policy
+                    .retries
+                    .min(u32::try_from(retries).unwrap_or(u32::MAX));
+            }
+            if let Some(ms) = number(RETRY_MIN_WAIT_MS) {
+                policy.base_wait = policy.base_wait.min(Duration::from_millis(ms));
+            }
+            if let Some(ms) = number(RETRY_MAX_WAIT_MS) {
+                policy.max_wait = policy.max_wait.min(Duration::from_millis(ms));
+            }
+            if let Some(ms) = number(RETRY_TOTAL_TIMEOUT_MS) {
+                let total = Duration::from_millis(ms);
+                policy.total_wait = Some(policy.total_wait.map_or(total, |t| t.min(total)));
+            }
         }
-        // A fresh random draw per wait (std's per-map random keys), in [full/2, full].
-        use std::hash::{BuildHasher, Hasher};
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(attempt);
-        let fraction = (hasher.finish() % 1024) as u32;
-        full / 2 + (full / 2) * fraction / 1024
+        policy
+    }
+
+    /// The waits before each re-stage, in order (`backon`'s exponential backoff: the
+    /// first `base_wait`, doubling up to `max_wait`; jittered, each drawn between half of
+    /// its value and all of it; at most `retries` of them, adding up to at most
+    /// `total_wait`).
+    fn waits(&self) -> backon::ExponentialBackoff {
+        let builder = ExponentialBuilder::new()
+            .with_factor(2.0)
+            .with_max_times(self.retries as usize);
+        let builder = match self.total_wait {
+            Some(total) => builder.with_total_delay(Some(total)),
+            None => builder,
+        };
+        // backon's jitter adds up to the whole delay: halved first, the waits span
+        // [delay/2, delay), as the policy says.
+        if self.jitter {
+            builder
+                .with_min_delay(self.base_wait / 2)
+                .with_max_delay(self.max_wait / 2)
+                .with_jitter()
+                .build()
+        } else {
+            builder
+                .with_min_delay(self.base_wait)
+                .with_max_delay(self.max_wait)
+                .build()
+        }
     }
 }
 
@@ -159,14 +227,6 @@ impl CommitTarget {
         }
     }
 }
-
-/// One table's staged commit: the requirements its base must still meet and the updates
-/// to apply, in [`CommitTarget`] order.
-pub type Staged = (Vec<TableRequirement>, Vec<TableUpdate>);
-
-/// What a stage returns: `None` to give way (commit nothing), or every target's staged
-/// commit with a value the caller wants back (e.g. what its plan counted).
-pub type StageResult<T> = Result<Option<(Vec<Staged>, T)>>;
 
 /// How a driven commit ended (errors aside).
 #[derive(Debug)]
@@ -290,21 +350,21 @@ impl RedbCatalog {
     }
 
     /// Runs one commit of `targets` through the driver (module docs): takes their turns,
-    /// then [`Self::commit_in_turn`]. `stage` is called with the tables as they stand
-    /// (in target order; a planned table for a [`CommitTarget::Create`]) on every
-    /// attempt and returns each target's `(requirements, updates)`, or `None` to give way.
+    /// then [`Self::commit_in_turn`]. `stage` is run on the tables as they stand (in
+    /// target order; a planned table for a [`CommitTarget::Create`]) on every attempt and
+    /// builds each target's change, or gives way.
     ///
     /// # Errors
     /// As [`Self::commit_in_turn`].
     ///
     /// # Cancel safety
-    /// Dropping the future before the release's redb transaction commits commits
-    /// nothing; once queued in the group commit it commits with its batch.
-    pub async fn commit<'a, T>(
-        &'a self,
-        targets: &'a [CommitTarget],
-        stage: impl FnMut(Vec<Table>) -> BoxFuture<'a, StageResult<T>> + Send + 'a,
-    ) -> Result<Outcome<T>> {
+    /// Dropping the future before the release's transaction commits commits nothing;
+    /// once queued in the group commit it commits with its batch.
+    pub async fn commit<S: Stage>(
+        &self,
+        targets: &[CommitTarget],
+        stage: &mut S,
+    ) -> std::result::Result<Outcome<S::Out>, S::Error> {
         let turns = self
             .commit_turns(targets.iter().map(CommitTarget::table))
             .await;
@@ -321,20 +381,21 @@ impl RedbCatalog {
     ///   default partition spec;
     /// - the stage's error, unretried;
     /// - the release's error ([`Self::atomic_release`]): a retryable conflict that
-    ///   outlasted [`COMMIT_POLICY`], `TableAlreadyExists`, `PreconditionFailed` (a
-    ///   producer's mark), or a storage failure;
+    ///   outlasted the policy ([`CommitPolicy::of`]), `TableAlreadyExists`,
+    ///   `PreconditionFailed` (a producer's mark), or a storage failure;
     /// - `Unexpected` when `turns` does not cover every target (a caller's bug).
     ///
-    /// Nothing is committed on any error.
+    /// Every error but the stage's own is the driver's `iceberg::Error`, converted into
+    /// the stage's error type. Nothing is committed on any error.
     ///
     /// # Cancel safety
     /// As [`Self::commit`].
-    pub async fn commit_in_turn<'a, T>(
-        &'a self,
+    pub async fn commit_in_turn<S: Stage>(
+        &self,
         turns: &CommitTurns,
-        targets: &'a [CommitTarget],
-        mut stage: impl FnMut(Vec<Table>) -> BoxFuture<'a, StageResult<T>> + Send + 'a,
-    ) -> Result<Outcome<T>> {
+        targets: &[CommitTarget],
+        stage: &mut S,
+    ) -> std::result::Result<Outcome<S::Out>, S::Error> {
         if let Some(target) = targets
             .iter()
             .find(|t| !turns.covers(t.table().metadata().uuid()))
@@ -345,9 +406,14 @@ impl RedbCatalog {
                     "commit of table {} without its commit turn",
                     target.table().identifier()
                 ),
-            ));
+            )
+            .into());
         }
-        let policy = self.store.commit_policy();
+        let mut waits = CommitPolicy::of(
+            self.store.commit_policy(),
+            targets.iter().map(CommitTarget::table),
+        )
+        .waits();
         let mut attempt = 0;
         loop {
             // The first attempt builds on the caller's handles where they are still
@@ -363,52 +429,26 @@ impl RedbCatalog {
                     }
                 }
             }
-            let Some((staged, value)) = stage(current.clone()).await? else {
+            let Some(Staged { changes, out }) = stage.stage(&current).await? else {
                 return Ok(Outcome::Unchanged {
                     after_conflict: attempt > 0,
                 });
             };
-            if staged.len() != targets.len() {
-                return Err(Error::new(
-                    ErrorKind::Unexpected,
-                    format!(
-                        "a commit of {} tables staged {} of them",
-                        targets.len(),
-                        staged.len()
-                    ),
-                ));
-            }
-            let batch = targets
-                .iter()
-                .zip(current)
-                .zip(staged)
-                .map(|((target, table), (requirements, updates))| match target {
-                    CommitTarget::Existing { .. } => Release::AdvanceLoaded {
-                        table,
-                        requirements,
-                        updates,
-                    },
-                    CommitTarget::Create(_) => Release::Create {
-                        table,
-                        requirements,
-                        updates,
-                    },
-                })
-                .collect();
-            match self.atomic_release(batch).await {
-                Ok(tables) => return Ok(Outcome::Committed(tables, value)),
-                Err(e)
-                    if e.kind() == ErrorKind::CatalogCommitConflicts
-                        && e.retryable()
-                        && attempt < policy.retries =>
-                {
-                    attempt += 1;
-                    self.committer.counters.record_conflict();
-                    tracing::debug!(attempt, error = %e, "commit conflict, staging again");
-                    tokio::time::sleep(policy.wait(attempt)).await;
-                }
-                Err(e) => return Err(e),
-            }
+            let batch = release_of(targets, current, changes)?;
+            let error = match self.atomic_release(batch).await {
+                Ok(tables) => return Ok(Outcome::Committed(tables, out)),
+                Err(e) => e,
+            };
+            let wait = (error.kind() == ErrorKind::CatalogCommitConflicts && error.retryable())
+                .then(|| waits.next())
+                .flatten();
+            let Some(wait) = wait else {
+                return Err(error.into());
+            };
+            attempt += 1;
+            self.committer.counters.record_conflict();
+            tracing::debug!(attempt, error = %error, "commit conflict, staging again");
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -417,27 +457,22 @@ impl RedbCatalog {
     ///
     /// # Errors
     /// As [`Self::commit`]; `Unexpected` when the stage gave way.
-    pub async fn commit_one<'a>(
-        &'a self,
-        target: &'a CommitTarget,
-        mut stage: impl FnMut(Table) -> BoxFuture<'a, Result<Staged>> + Send + 'a,
-    ) -> Result<Table> {
-        let outcome = self
-            .commit(std::slice::from_ref(target), move |mut tables| {
-                let table = tables.pop();
-                match table {
-                    Some(table) => {
-                        let staged = stage(table);
-                        Box::pin(async move { Ok(Some((vec![staged.await?], ()))) })
-                    }
-                    None => Box::pin(async { Ok(None) }),
-                }
-            })
-            .await?;
+    pub async fn commit_one<S: Stage>(
+        &self,
+        target: &CommitTarget,
+        stage: &mut S,
+    ) -> std::result::Result<Table, S::Error> {
+        let outcome = self.commit(std::slice::from_ref(target), stage).await?;
         outcome
             .committed()
-            .and_then(|(mut tables, ())| tables.pop())
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the commit returned no table"))
+            .and_then(|(mut tables, _)| tables.pop())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    "the commit gave way: nothing committed",
+                )
+                .into()
+            })
     }
 
     /// Every target's table as it stands, all at once: a planned table as given; an
@@ -468,6 +503,46 @@ impl RedbCatalog {
         }))
         .await
     }
+}
+
+/// The release of `changes` (one per target, in target order) built on `current`.
+///
+/// # Errors
+/// `Unexpected` when the stage built another number of changes than there are targets.
+fn release_of(
+    targets: &[CommitTarget],
+    current: Vec<Table>,
+    changes: Vec<crate::snapshot::TableChange>,
+) -> Result<Vec<Release>> {
+    if changes.len() != targets.len() {
+        return Err(Error::new(
+            ErrorKind::Unexpected,
+            format!(
+                "a commit of {} tables staged {} of them",
+                targets.len(),
+                changes.len()
+            ),
+        ));
+    }
+    Ok(targets
+        .iter()
+        .zip(current)
+        .zip(changes)
+        .map(|((target, table), change)| match target {
+            CommitTarget::Existing { .. } => Release::AdvanceLoaded {
+                table,
+                requirements: change.requirements,
+                updates: change.updates,
+                mark: change.mark,
+            },
+            CommitTarget::Create(_) => Release::Create {
+                table,
+                requirements: change.requirements,
+                updates: change.updates,
+                mark: change.mark,
+            },
+        })
+        .collect())
 }
 
 /// Checks that `current` (the table as it stands under this name) is the table `written`

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::error::{namespace_not_found, table_exists, table_not_found};
 use super::metadata_cache::cache_key;
 use super::{RedbCatalog, purge};
+use crate::snapshot::metadata::MetadataUpdate;
 use async_trait::async_trait;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
@@ -207,17 +208,7 @@ impl Catalog for RedbCatalog {
     async fn update_table(&self, mut commit: TableCommit) -> Result<Table> {
         let table = self.load_table(commit.identifier()).await?;
         let target = super::CommitTarget::metadata(&table);
-        let staged = (commit.take_requirements(), commit.take_updates());
-        let staged = &staged;
-        self.commit_one(&target, move |current| {
-            let staged = staged.clone();
-            Box::pin(async move {
-                for requirement in &staged.0 {
-                    requirement.check(Some(current.metadata()))?;
-                }
-                Ok(staged)
-            })
-        })
-        .await
+        let mut stage = MetadataUpdate::new(commit.take_requirements(), commit.take_updates());
+        self.commit_one(&target, &mut stage).await
     }
 }

@@ -3,11 +3,11 @@
 //! moves the table's pointer (`store/`) — so a commit and its mark are durable together
 //! or not at all, and a mark outlives snapshot expiry.
 //!
-//! A commit names its writer and sequence range in its snapshot's summary
-//! ([`WRITER_ID`], [`FIRST_SEQUENCE`], [`LAST_SEQUENCE`]), where Iceberg readers see
-//! them too; the catalog reads them from the `add-snapshot` update. The committer
-//! refuses a commit whose range does not start after the stored mark (a duplicate that
-//! raced its original), so no sequence lands twice.
+//! A producer's commit carries its writer and sequence range ([`WriterRange`], from
+//! the snapshot producer to the release), and names them in its snapshot's summary
+//! ([`WRITER_ID`], [`FIRST_SEQUENCE`], [`LAST_SEQUENCE`]) where Iceberg readers see them
+//! too. The committer refuses a commit whose range does not start after the stored mark
+//! (a duplicate that raced its original), so no sequence lands twice.
 
 use iceberg::{Error, ErrorKind, Result, TableIdent, TableUpdate};
 
@@ -45,7 +45,28 @@ pub struct WriterMark {
     pub committed_at_ms: u64,
 }
 
-/// The mark a commit advances: read from its `add-snapshot` update's summary.
+/// A producer's writer and the batch sequences one commit holds: the catalog advances
+/// the writer's high-water mark of the table to `last` in the same transaction, and
+/// refuses the commit when the stored mark is at or past `first`. (The same range is
+/// written into the snapshot's summary, [`summary`], for readers.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterRange {
+    /// The writer id.
+    pub writer: String,
+    /// The first batch sequence the commit holds.
+    pub first: u64,
+    /// The last batch sequence the commit holds (at least `first`).
+    pub last: u64,
+}
+
+impl WriterRange {
+    /// The snapshot summary properties of this range ([`summary`]).
+    pub fn summary(&self) -> std::collections::HashMap<String, String> {
+        summary(&self.writer, self.first, self.last)
+    }
+}
+
+/// The mark a commit advances: its producer's range and the snapshot that holds it.
 #[derive(Debug, Clone)]
 pub(crate) struct MarkAdvance {
     writer: String,
@@ -55,54 +76,50 @@ pub(crate) struct MarkAdvance {
 }
 
 impl MarkAdvance {
-    /// The advance `updates` carry for the table `table`, if its new snapshot names a
-    /// writer.
+    /// The advance of `range` in `table` by the snapshot `updates` add; `None` without a
+    /// range.
     ///
     /// # Errors
-    /// `DataInvalid` when the summary names a writer with missing or bad sequences, or a
-    /// last sequence below the first (the mark would decrease).
-    pub(crate) fn from_updates(
+    /// `DataInvalid` when the range runs backwards (a high-water mark never decreases),
+    /// or `updates` add no snapshot to hold it.
+    pub(crate) fn of(
         table: &TableIdent,
+        range: Option<&WriterRange>,
         updates: &[TableUpdate],
     ) -> Result<Option<Self>> {
-        let Some(snapshot) = updates.iter().find_map(|u| match u {
-            TableUpdate::AddSnapshot { snapshot } => Some(snapshot),
-            _ => None,
-        }) else {
+        let Some(range) = range else {
             return Ok(None);
         };
-        let props = &snapshot.summary().additional_properties;
-        let Some(writer) = props.get(WRITER_ID) else {
-            return Ok(None);
-        };
-        let sequence = |key: &str| {
-            props
-                .get(key)
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::DataInvalid,
-                        format!("snapshot of writer {writer} has no valid {key}"),
-                    )
-                })
-        };
-        let (first, last) = (sequence(FIRST_SEQUENCE)?, sequence(LAST_SEQUENCE)?);
+        let WriterRange {
+            writer,
+            first,
+            last,
+        } = range;
         // A range that runs backwards would move the mark back below `first`.
         if last < first {
             return Err(Error::new(
                 ErrorKind::DataInvalid,
                 format!(
-                    "snapshot of writer {writer} holds sequences {first}..={last}, a range \
+                    "a commit of writer {writer} holds sequences {first}..={last}, a range \
                      that runs backwards: a high-water mark never decreases"
                 ),
             ));
         }
+        let Some(snapshot) = updates.iter().find_map(|u| match u {
+            TableUpdate::AddSnapshot { snapshot } => Some(snapshot),
+            _ => None,
+        }) else {
+            return Err(Error::new(
+                ErrorKind::DataInvalid,
+                format!("a commit of writer {writer} to {table} adds no snapshot"),
+            ));
+        };
         Ok(Some(Self {
-            writer: writer.to_string(),
+            writer: writer.clone(),
             table: table.clone(),
-            first,
+            first: *first,
             mark: WriterMark {
-                sequence: last,
+                sequence: *last,
                 snapshot_id: snapshot.snapshot_id(),
                 committed_at_ms: snapshot.timestamp_ms().max(0) as u64,
             },
@@ -172,11 +189,17 @@ mod tests {
             }]
         };
         let table = TableIdent::from_strs(["ns", "t"]).unwrap();
-        let err = MarkAdvance::from_updates(&table, &updates(u64::MAX, 1)).unwrap_err();
+        let range = |first, last| WriterRange {
+            writer: "w".into(),
+            first,
+            last,
+        };
+        let err =
+            MarkAdvance::of(&table, Some(&range(u64::MAX, 1)), &updates(u64::MAX, 1)).unwrap_err();
         assert!(err.message().contains("never decreases"), "{err}");
-        let ok = MarkAdvance::from_updates(&table, &updates(3, 3))
+        let ok = MarkAdvance::of(&table, Some(&range(3, 3)), &updates(3, 3))
             .unwrap()
             .unwrap();
-        assert_eq!((ok.first, ok.mark.sequence), (3, 3));
+        assert_eq!((ok.first, ok.mark.sequence, ok.mark.snapshot_id), (3, 3, 9));
     }
 }

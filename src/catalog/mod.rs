@@ -63,7 +63,7 @@ use crate::storage::file_store::FileStore;
 pub use blocking::run_blocking_io;
 pub use commit::{
     COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome,
-    SHARED_COMMIT_POLICY, StageResult, Staged,
+    SHARED_COMMIT_POLICY,
 };
 pub use counters::{CommitCounts, redb_commit_count};
 use error::io_error;

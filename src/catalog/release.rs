@@ -16,6 +16,7 @@ use iceberg::{
 
 use super::blocking::run_blocking_io;
 use super::group_commit;
+use super::marks::WriterRange;
 use super::metadata_cache::cache_key;
 use super::metadata_json::{self, Refs, Written};
 use super::store::Flip;
@@ -52,6 +53,8 @@ pub enum Release {
         requirements: Vec<TableRequirement>,
         /// Updates to apply on top of it.
         updates: Vec<TableUpdate>,
+        /// The producer's writer range the commit advances (`marks.rs`).
+        mark: Option<WriterRange>,
     },
     /// Create a table that does not exist yet, with its first updates applied: `table`
     /// comes from [`RedbCatalog::plan_table`] (nothing of it is in the catalog), and the
@@ -63,6 +66,8 @@ pub enum Release {
         requirements: Vec<TableRequirement>,
         /// Updates to apply on top of the planned metadata (may be empty).
         updates: Vec<TableUpdate>,
+        /// The producer's writer range the commit advances (`marks.rs`).
+        mark: Option<WriterRange>,
     },
 }
 
@@ -143,18 +148,26 @@ impl RedbCatalog {
             match entry {
                 Release::Advance((ident, requirements, updates)) => {
                     let base = self.load_table(&ident).await?;
-                    self.prepare_commit(base, requirements, updates).await
+                    self.prepare_commit(base, requirements, updates, None).await
                 }
                 Release::AdvanceLoaded {
                     table,
                     requirements,
                     updates,
-                } => self.prepare_commit(table, requirements, updates).await,
+                    mark,
+                } => {
+                    self.prepare_commit(table, requirements, updates, mark.as_ref())
+                        .await
+                }
                 Release::Create {
                     table,
                     requirements,
                     updates,
-                } => self.prepare_create(table, requirements, updates).await,
+                    mark,
+                } => {
+                    self.prepare_create(table, requirements, updates, mark.as_ref())
+                        .await
+                }
             }
         }))
         .await?;
@@ -198,13 +211,14 @@ impl RedbCatalog {
         planned: Table,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
+        mark: Option<&WriterRange>,
     ) -> Result<PreparedCommit> {
         let ident = planned.identifier().clone();
         for requirement in &requirements {
             requirement.check(Some(planned.metadata()))?;
         }
         let key = cache_key(&ident);
-        let mark = marks::MarkAdvance::from_updates(&ident, &updates)?;
+        let mark = marks::MarkAdvance::of(&ident, mark, &updates)?;
         check_file_paths_after(&ident, planned.metadata(), &updates)?;
         let first_location = planned.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&first_location)?;
@@ -334,6 +348,7 @@ impl RedbCatalog {
         base: Table,
         requirements: Vec<TableRequirement>,
         updates: Vec<TableUpdate>,
+        mark: Option<&WriterRange>,
     ) -> Result<PreparedCommit> {
         let ident = base.identifier().clone();
         let ident = &ident;
@@ -341,7 +356,7 @@ impl RedbCatalog {
             requirement.check(Some(base.metadata()))?;
         }
         let key = cache_key(ident);
-        let mark = marks::MarkAdvance::from_updates(ident, &updates)?;
+        let mark = marks::MarkAdvance::of(ident, mark, &updates)?;
         check_file_paths_after(ident, base.metadata(), &updates)?;
         let base_location = base.metadata_location_result()?.to_string();
         let base_written = self.metadata.written(&key, &base_location);

@@ -34,8 +34,7 @@ use crate::error::Error;
 use crate::metrics::LANE_STREAM;
 use crate::proto::CommitAck;
 use crate::write::{
-    self, BatchLimits, Batcher, CommitReport, IngestStats, SchemaChange, Segment, WriteError,
-    WriteProps,
+    self, BatchLimits, Batcher, CommitReport, IngestStats, Segment, WriteError, WriteProps,
 };
 
 /// Sends acks back to the client. Unbounded: a client that reads acks only after it has
@@ -292,7 +291,7 @@ impl Intake {
     fn new(
         svc: &Service,
         table: &iceberg::table::Table,
-        change: Option<&SchemaChange>,
+        change: Option<&crate::snapshot::schema_change::SchemaChange>,
         sequencer: Option<Sequencer>,
         segments: mpsc::Sender<Result<Segment, WriteError>>,
     ) -> Result<Self, Error> {

@@ -539,7 +539,7 @@ async fn resolve(
             None => staged.table.metadata().current_schema().clone(),
         };
         if let Some(change) = write::evolve::plan(&staged.table, &current, schema)? {
-            staged.schema_change = Some(write::SchemaChange {
+            staged.schema_change = Some(crate::snapshot::schema_change::SchemaChange {
                 base_schema_id: staged.table.metadata().current_schema_id(),
                 schema: change.schema,
             });

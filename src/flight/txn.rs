@@ -179,7 +179,7 @@ impl TxnState {
                 reason: reason.clone(),
             });
         }
-        let mut properties = std::collections::HashMap::new();
+        let mut mark = None;
         if let Some(key) = key {
             if self.is_replay(svc, key).await? {
                 info!(writer = %key.writer, sequence = key.sequence, "replayed commit skipped");
@@ -188,12 +188,16 @@ impl TxnState {
                 return Ok((Vec::new(), IngestStats::default()));
             }
             super::exactly_once::admit_writer(svc, &key.writer).await?;
-            properties = marks::summary(&key.writer, key.sequence, key.sequence);
+            mark = Some(marks::WriterRange {
+                writer: key.writer.clone(),
+                first: key.sequence,
+                last: key.sequence,
+            });
         }
         // A copy: a failed commit's files are still the transaction's to discard.
         let staged: Vec<StagedTable> = self.tables.iter().map(|s| s.part.clone()).collect();
         let started = Instant::now();
-        match write::commit_staged_with(&svc.catalog, staged, properties).await {
+        match write::commit_staged_with(&svc.catalog, staged, mark).await {
             Ok((tables, stats)) => {
                 if stats.commits > 0 {
                     self.record_committed(svc, lane, &tables, &stats, started.elapsed());

@@ -15,32 +15,27 @@
 //! unchanged.
 //!
 //! The rows are read and the new file written *outside* the table's commit turn; then,
-//! under it, the job checks that every input is still live in the current snapshot and
-//! drops the attempt otherwise (the new file is then a leftover for cleanup) — so a
-//! compaction never loses or doubles a row, whatever appends run beside it.
-
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+//! under it, the commit ([`crate::snapshot::replace`]) checks that every input is still
+//! live in the current snapshot and that no delete file applies to one, and gives way
+//! otherwise (the new file is then a leftover for cleanup) — so a compaction never
+//! loses, doubles or brings back a row, whatever commits run beside it. Data files a
+//! live delete file may apply to are never inputs ([`crate::snapshot::deletes`]).
 
 use futures::StreamExt;
-use iceberg::spec::{
-    DataFile, FormatVersion, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
-};
+use iceberg::spec::{DataFile, FormatVersion, ManifestContentType, ManifestFile};
 use iceberg::table::Table;
-use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+use iceberg::{Error, ErrorKind, Result};
 use tokio_util::task::AbortOnDropHandle;
 
-use super::deletes::DeleteIndex;
-use super::merge::{carried_totals, replace_snapshot, unique_snapshot_id};
 use super::project::project;
-use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
-use crate::write::append::write_added;
-use crate::write::encode::writer_properties;
-use crate::write::file_out::finish_and_write;
-use crate::write::merge::{as_read, entry_as_read, entry_ids, manifest_writer};
-use crate::write::parallel::FileEncoder;
-use crate::write::partition::unpartitioned;
-use crate::write::{MemoryBudget, table_arrow_schema};
+use crate::catalog::manifest_cache::ManifestCache;
+use crate::snapshot::deletes::DeleteIndex;
+use crate::snapshot::manifests::entry_ids;
+pub use crate::snapshot::replace::Rewrite;
+use crate::write::{
+    FileEncoder, MemoryBudget, finish_and_write, table_arrow_schema, unpartitioned,
+    writer_properties,
+};
 
 /// Fewest adjacent small files of one tier worth a compaction (Iceberg Java's
 /// `min-input-files` default).
@@ -61,25 +56,6 @@ pub const READ_AHEAD_FILES: usize = 8;
 /// three times this (the row group filling, the one encoding, the batch just read),
 /// however fast the reader is against the encoder.
 pub const ROW_GROUP_ARROW_BYTES: u64 = 32 << 20;
-
-/// Runs of small files rewritten into new data files, not yet committed.
-#[derive(Debug)]
-pub(crate) struct Rewrite {
-    /// The files replaced.
-    pub(crate) inputs: Vec<DataFile>,
-    /// The files written in their place, one per run.
-    pub(crate) outputs: Vec<DataFile>,
-}
-
-/// A written compaction commit.
-#[derive(Debug)]
-pub(crate) struct Compaction {
-    pub(crate) requirements: Vec<TableRequirement>,
-    pub(crate) updates: Vec<TableUpdate>,
-    /// Files replaced and their bytes.
-    pub(crate) files: usize,
-    pub(crate) bytes: u64,
-}
 
 /// Size tier of a file of `bytes`: ⌊log₄ bytes⌋.
 fn tier(bytes: u64) -> u32 {
@@ -121,7 +97,7 @@ pub(crate) async fn rewrite(
     {
         return Ok(Rewriting::default());
     }
-    let deletes = delete_index(table, manifests, cache).await?;
+    let deletes = DeleteIndex::of_table(table, manifests, cache).await?;
     let (live, held_by_deletes) = live_files(table, manifests, &deletes, cache).await?;
     let runs = choose_runs(live, target_file_bytes);
     let target = table_arrow_schema(table).map_err(to_iceberg)?;
@@ -138,29 +114,6 @@ pub(crate) async fn rewrite(
         rewrite,
         held_by_deletes,
     })
-}
-
-/// The live delete files `manifests` list, indexed by what they may apply to.
-///
-/// # Errors
-/// As [`DeleteIndex::of`].
-async fn delete_index(
-    table: &Table,
-    manifests: &[ManifestFile],
-    cache: &mut ManifestCache,
-) -> Result<DeleteIndex> {
-    let metadata = table.metadata();
-    DeleteIndex::of(
-        table.file_io(),
-        manifests,
-        |spec_id| {
-            metadata
-                .partition_spec_by_id(spec_id)
-                .map(|spec| spec.fields().is_empty())
-        },
-        cache,
-    )
-    .await
 }
 
 /// The live data files of the default spec that `manifests` list and no live delete
@@ -388,190 +341,6 @@ fn to_iceberg(e: crate::write::WriteError) -> Error {
     Error::new(ErrorKind::Unexpected, e.to_string()).with_source(e)
 }
 
-/// Builds the `replace` commit of `rewrite` on `table` (the current table, read under
-/// the commit turn): `None` when an input is no longer live, or a delete file committed
-/// since the rewrite may apply to one (the attempt is dropped: committed, it would bring
-/// the deleted rows back).
-///
-/// # Errors
-/// iceberg's error for a manifest that cannot be read or written.
-pub(crate) async fn commit_plan(
-    table: &Table,
-    manifests: &[ManifestFile],
-    rewrite: &Rewrite,
-    cache: &mut ManifestCache,
-) -> Result<Option<Compaction>> {
-    let Some(current) = table.metadata().current_snapshot() else {
-        return Ok(None);
-    };
-    let deletes = delete_index(table, manifests, cache).await?;
-    let snapshot_id = unique_snapshot_id(table);
-    let commit_uuid = uuid::Uuid::now_v7();
-    let written = Replacing {
-        snapshot_id,
-        commit_uuid,
-        deletes: &deletes,
-    };
-    let Some(mut out) = without_inputs(table, manifests, rewrite, &written, cache).await? else {
-        return Ok(None);
-    };
-    let added_path = format!(
-        "{}/metadata/{commit_uuid}-m{}.avro",
-        table.metadata().location(),
-        out.len()
-    );
-    let sequence_number = table.metadata().next_sequence_number();
-    let added = write_added(
-        table,
-        &added_path,
-        snapshot_id,
-        sequence_number,
-        rewrite.outputs.clone(),
-    )
-    .await?;
-    out.insert(0, added);
-    let properties = summary(current, rewrite);
-    let (requirements, updates) =
-        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
-    Ok(Some(Compaction {
-        requirements,
-        updates,
-        files: rewrite.inputs.len(),
-        bytes: rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum(),
-    }))
-}
-
-/// The snapshot a compaction commit writes, and the delete files of the table it is
-/// built on.
-struct Replacing<'a> {
-    snapshot_id: i64,
-    commit_uuid: uuid::Uuid,
-    deletes: &'a DeleteIndex,
-}
-
-/// `manifests` with `rewrite`'s inputs marked `DELETED`: each data manifest holding an
-/// input is rewritten (other entries carried as `EXISTING`, deleted ones dropped), the
-/// rest kept as they are. `None` when an input is no longer live, or a live delete file
-/// may apply to one (the attempt is dropped).
-///
-/// # Errors
-/// iceberg's error for a manifest that cannot be read or written; `DataInvalid` for an
-/// entry without snapshot id or sequence number.
-async fn without_inputs(
-    table: &Table,
-    manifests: &[ManifestFile],
-    rewrite: &Rewrite,
-    replacing: &Replacing<'_>,
-    cache: &mut ManifestCache,
-) -> Result<Option<Vec<ManifestFile>>> {
-    let Replacing {
-        snapshot_id,
-        commit_uuid,
-        deletes,
-    } = *replacing;
-    let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
-    let mut out = Vec::with_capacity(manifests.len() + 1);
-    let (mut found, mut written) = (0usize, 0usize);
-    for manifest in manifests {
-        if manifest.content != ManifestContentType::Data {
-            out.push(manifest.clone());
-            continue;
-        }
-        let loaded = cache.manifest(table.file_io(), manifest).await?;
-        let mut hits = 0;
-        for entry in loaded.entries() {
-            if !entry.is_alive() || !inputs.contains(entry.file_path()) {
-                continue;
-            }
-            let (_, sequence) = entry_ids(entry, manifest)?;
-            if deletes.may_apply(manifest.partition_spec_id, sequence, entry.data_file()) {
-                return Ok(None);
-            }
-            hits += 1;
-        }
-        if hits == 0 {
-            out.push(manifest.clone());
-            continue;
-        }
-        found += hits;
-        let path = format!(
-            "{}/metadata/{commit_uuid}-m{written}.avro",
-            table.metadata().location()
-        );
-        written += 1;
-        let mut writer = manifest_writer(table, &path, snapshot_id)?;
-        let mut entries = Vec::with_capacity(loaded.entries().len());
-        for entry in loaded.entries() {
-            if entry.status() == ManifestStatus::Deleted {
-                continue;
-            }
-            let (added_by, sequence) = entry_ids(entry, manifest)?;
-            let file = entry.data_file().clone();
-            // Written, and as a reader sees it: every id explicit, nothing inherited.
-            let (status, by) = if inputs.contains(entry.file_path()) {
-                writer.add_delete_file(file.clone(), sequence, entry.file_sequence_number)?;
-                (ManifestStatus::Deleted, snapshot_id)
-            } else {
-                writer.add_existing_file(
-                    file.clone(),
-                    added_by,
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
-                (ManifestStatus::Existing, added_by)
-            };
-            entries.push(entry_as_read(
-                status,
-                by,
-                sequence,
-                entry.file_sequence_number,
-                file,
-            ));
-        }
-        out.push(writer.write_manifest_file().await?);
-        remember_manifest(&path, Arc::new(as_read(table, entries)));
-        // Replaced by the one just written (a merged manifest can hold every live file
-        // of the table: one copy kept process-wide is enough).
-        forget_manifests([manifest.manifest_path.as_str()]);
-    }
-    Ok((found == inputs.len()).then_some(out))
-}
-
-/// The summary of `rewrite`'s `replace` snapshot on `current`: the totals carried over
-/// with the data files and bytes replaced, and the `added-*` / `deleted-*` figures
-/// (Java's `RewriteFiles` summary).
-fn summary(current: &Snapshot, rewrite: &Rewrite) -> HashMap<String, String> {
-    let removed_bytes: u64 = rewrite.inputs.iter().map(|f| f.file_size_in_bytes()).sum();
-    let rows: u64 = rewrite.inputs.iter().map(|f| f.record_count()).sum();
-    let added_bytes: u64 = rewrite.outputs.iter().map(|f| f.file_size_in_bytes()).sum();
-    let added_rows: u64 = rewrite.outputs.iter().map(|f| f.record_count()).sum();
-    let previous = &current.summary().additional_properties;
-    let total = |key: &str| previous.get(key).and_then(|v| v.parse::<i64>().ok());
-    let mut properties = carried_totals(current);
-    if let Some(files) = total("total-data-files") {
-        properties.insert(
-            "total-data-files".into(),
-            (files - rewrite.inputs.len() as i64 + rewrite.outputs.len() as i64).to_string(),
-        );
-    }
-    if let Some(size) = total("total-files-size") {
-        properties.insert(
-            "total-files-size".into(),
-            (size - removed_bytes as i64 + added_bytes as i64).to_string(),
-        );
-    }
-    properties.insert("added-data-files".into(), rewrite.outputs.len().to_string());
-    properties.insert(
-        "deleted-data-files".into(),
-        rewrite.inputs.len().to_string(),
-    );
-    properties.insert("added-records".into(), added_rows.to_string());
-    properties.insert("deleted-records".into(), rows.to_string());
-    properties.insert("added-files-size".into(), added_bytes.to_string());
-    properties.insert("removed-files-size".into(), removed_bytes.to_string());
-    properties
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,6 +348,7 @@ mod tests {
     use arrow_array::{Int64Array, RecordBatch};
     use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
     use parquet::file::properties::WriterProperties;
+    use std::sync::Arc;
 
     /// Catches compaction's reader running ahead of a slow encoder: with rayon busy (here
     /// held), the rows it decoded queued behind the encodes without bound, outside the

@@ -31,10 +31,7 @@
 
 pub mod cleanup;
 pub mod compact;
-mod deletes;
-pub mod expire;
 mod file_map;
-pub mod merge;
 mod project;
 mod tally;
 
@@ -49,9 +46,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::catalog::gc::GcError;
-use crate::catalog::{CommitTarget, CommitTurns, Outcome, Ownership, RedbCatalog, Staged};
+use crate::catalog::{CommitTarget, CommitTurns, Outcome, Ownership, RedbCatalog};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
+use crate::snapshot::Stage;
+use crate::snapshot::expire::Expire;
+use crate::snapshot::replace::Replace;
+use crate::snapshot::rewrite_manifests::RewriteManifests;
 use crate::storage::file_store::FileStore;
 pub use cleanup::WaitingFiles;
 use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Limits, Removed, Sweeper, SweptTable};
@@ -59,10 +60,6 @@ use cleanup::{DELETE_AFTER_COMMIT_PROPERTY, Limits, Removed, Sweeper, SweptTable
 /// A sweep runs at least this often even when no table changed (leftovers of failed
 /// commits appear without any commit).
 const SWEEP_AT_LEAST_EVERY: Duration = Duration::from_secs(30);
-
-/// What a maintenance plan of one table returns to the commit driver: its staged commit
-/// and what it counted, or `None` (nothing to do: give way).
-type StageResult1<T> = iceberg::Result<Option<(Staged, T)>>;
 
 /// Why a maintenance job failed. A failed job changes nothing visible: its commit did
 /// not land (files it wrote are leftovers for cleanup) or its removals stopped.
@@ -475,15 +472,10 @@ impl Maintainer {
         table: Table,
         report: &mut PassReport,
     ) -> iceberg::Result<Table> {
-        let max_snapshots = self.config.max_snapshots;
-        let outcome = self
-            .commit(turns, &table, move |current| {
-                Box::pin(async move {
-                    let expiry = expire::plan(&current, max_snapshots).await?;
-                    Ok(expiry.map(|e| ((e.requirements, e.updates), e.snapshots)))
-                })
-            })
-            .await?;
+        let mut stage = Expire {
+            default_max_snapshots: self.config.max_snapshots,
+        };
+        let outcome = self.commit(turns, &table, &mut stage).await?;
         match outcome {
             Outcome::Committed(mut tables, snapshots) => {
                 report.snapshots_expired += snapshots;
@@ -520,21 +512,8 @@ impl Maintainer {
             return Ok((table, count));
         }
         let mut count = state.sweeper.manifests().current(&table).await?.len();
-        let cache = tokio::sync::Mutex::new(state.sweeper.manifests());
-        let cache = &cache;
-        let outcome = self
-            .commit(turns, &table, move |current| {
-                Box::pin(async move {
-                    let mut cache = cache.lock().await;
-                    let list = cache.current(&current).await?;
-                    let merged = merge::plan(&current, &list, &mut cache).await?;
-                    Ok(merged.map(|m| {
-                        let counts = (m.replaced, m.written, m.manifests_after, m.replaced_bytes);
-                        ((m.requirements, m.updates), counts)
-                    }))
-                })
-            })
-            .await?;
+        let mut stage = RewriteManifests::new(state.sweeper.manifests());
+        let outcome = self.commit(turns, &table, &mut stage).await?;
         match outcome {
             Outcome::Committed(mut tables, (replaced, written, after, bytes)) => {
                 if let Some(committed) = tables.pop() {
@@ -682,19 +661,8 @@ impl Maintainer {
             return Ok(());
         };
         let turns = self.catalog.commit_turns([&table]).await;
-        let cache = tokio::sync::Mutex::new(&mut state.manifests);
-        let (cache, rewrite) = (&cache, &rewrite);
-        let outcome = self
-            .commit(&turns, &table, move |current| {
-                Box::pin(async move {
-                    let mut cache = cache.lock().await;
-                    let manifests = cache.current(&current).await?;
-                    let plan =
-                        compact::commit_plan(&current, &manifests, rewrite, &mut cache).await?;
-                    Ok(plan.map(|p| ((p.requirements, p.updates), (p.files, p.bytes))))
-                })
-            })
-            .await;
+        let mut stage = Replace::new(&rewrite, &mut state.manifests);
+        let outcome = self.commit(&turns, &table, &mut stage).await;
         match outcome {
             Ok(Outcome::Committed(_, (files, bytes))) => {
                 report.files_compacted += files;
@@ -764,29 +732,15 @@ impl Maintainer {
     ///
     /// # Errors
     /// As [`RedbCatalog::commit_in_turn`].
-    async fn commit<'s, T>(
+    async fn commit<S: Stage<Error = iceberg::Error>>(
         &self,
         turns: &CommitTurns,
         table: &Table,
-        mut stage: impl FnMut(Table) -> BoxFuture<'s, StageResult1<T>> + Send,
-    ) -> iceberg::Result<Outcome<T>> {
+        stage: &mut S,
+    ) -> iceberg::Result<Outcome<S::Out>> {
         let started = Instant::now();
         let targets = [CommitTarget::metadata(table)];
-        let outcome = self
-            .catalog
-            .commit_in_turn(turns, &targets, move |mut current| {
-                let table = current.pop();
-                match table {
-                    Some(table) => {
-                        let staged = stage(table);
-                        Box::pin(
-                            async move { Ok(staged.await?.map(|(one, value)| (vec![one], value))) },
-                        )
-                    }
-                    None => Box::pin(async { Ok(None) }),
-                }
-            })
-            .await?;
+        let outcome = self.catalog.commit_in_turn(turns, &targets, stage).await?;
         if let Outcome::Committed(..) = outcome {
             self.metrics
                 .record_commit_seconds(LANE_MAINTENANCE, started.elapsed().as_secs_f64());

@@ -18,15 +18,18 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use iceberg::{Catalog, TableUpdate};
+use iceberg::table::Table;
+use iceberg::{Catalog, TableRequirement, TableUpdate};
 
 use super::model::{CommitTableRequest, CommitTableResponse};
 use super::{RestError, body_of, json, table_of};
 use crate::catalog::{CommitTarget, RedbCatalog};
+use crate::snapshot::{Stage, Staged, TableChange};
 
 /// The `action` of every update `commit_table` serves.
 pub const SERVED_UPDATES: [&str; 8] = [
@@ -76,37 +79,17 @@ pub(super) async fn commit_table(
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
     let target = CommitTarget::metadata(&table);
-    let (requirements, updates) = (&request.requirements, &request.updates);
-    // A refusal of the updates themselves (400), kept apart from the driver's error.
-    let refusal = std::sync::Mutex::new(None);
+    let mut stage = RestUpdate {
+        requirements: request.requirements,
+        updates: request.updates,
+    };
     let committed = catalog
-        .commit_one(&target, |current| {
-            let staged = (requirements.clone(), updates.clone());
-            let refusal = &refusal;
-            Box::pin(async move {
-                // The client's requirements, checked against the table as it stands: a
-                // failure is the client's conflict (409), not retried (commit driver).
-                for requirement in &staged.0 {
-                    requirement.check(Some(current.metadata()))?;
-                }
-                // Then the updates, on that same table, before anything is written.
-                if let Err(refused) = super::validate::check_commit(&current, &staged.1) {
-                    if let Ok(mut slot) = refusal.lock() {
-                        *slot = Some(refused);
-                    }
-                    return Err(iceberg::Error::new(
-                        iceberg::ErrorKind::DataInvalid,
-                        "the updates are refused",
-                    ));
-                }
-                Ok(staged)
-            })
-        })
-        .await;
-    if let Some(refused) = refusal.lock().ok().and_then(|mut slot| slot.take()) {
-        return Err(refused);
-    }
-    let committed = committed.map_err(|e| RestError::of_table(&ident, e))?;
+        .commit_one(&target, &mut stage)
+        .await
+        .map_err(|e| match e {
+            RestCommitError::Refused(refused) => refused,
+            RestCommitError::Catalog(e) => RestError::of_table(&ident, e),
+        })?;
     let metadata_location = committed
         .metadata_location_result()
         .map_err(|e| RestError::of_table(&ident, e))?
@@ -119,6 +102,49 @@ pub(super) async fn commit_table(
             metadata: committed.metadata().clone(),
         },
     )
+}
+
+/// A REST client's `updateTable` as a snapshot producer: its requirements checked
+/// against the table as it stands (a failure is the client's conflict, 409, not
+/// retried), then its updates checked on that same table before anything is written
+/// ([`super::validate::check_commit`]: a refusal is a 400 that reaches the response as
+/// it is).
+struct RestUpdate {
+    requirements: Vec<TableRequirement>,
+    updates: Vec<TableUpdate>,
+}
+
+/// Why a REST commit did not land: its updates were refused, or the catalog's error.
+enum RestCommitError {
+    Refused(RestError),
+    Catalog(iceberg::Error),
+}
+
+impl From<iceberg::Error> for RestCommitError {
+    fn from(e: iceberg::Error) -> Self {
+        Self::Catalog(e)
+    }
+}
+
+#[async_trait]
+impl Stage for RestUpdate {
+    type Out = ();
+    type Error = RestCommitError;
+
+    async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<()>>, RestCommitError> {
+        let [table] = current else {
+            return Err(RestCommitError::Catalog(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                "a REST commit commits one table",
+            )));
+        };
+        for requirement in &self.requirements {
+            requirement.check(Some(table.metadata()))?;
+        }
+        super::validate::check_commit(table, &self.updates).map_err(RestCommitError::Refused)?;
+        let change = TableChange::new(self.requirements.clone(), self.updates.clone());
+        Ok(Some(Staged::new(vec![change], ())))
+    }
 }
 
 /// An update's `action`, as the spec spells it.

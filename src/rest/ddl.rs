@@ -29,6 +29,7 @@ use super::{
     RestError, body_of, json, load_table_result, namespace_of, path_param, query_param, table_of,
 };
 use crate::catalog::{CommitTarget, RedbCatalog};
+use crate::snapshot::metadata::MetadataUpdate;
 
 type Db = State<Arc<RedbCatalog>>;
 
@@ -138,10 +139,9 @@ pub(super) async fn create_table(
         .map_err(|e| RestError::of_table(&ident, e))?;
     super::validate::check_new_table(&ident.to_string(), planned.metadata())?;
     let target = CommitTarget::Create(planned);
+    let mut create = MetadataUpdate::new(Vec::new(), Vec::new());
     let table = catalog
-        .commit_one(&target, |_| {
-            Box::pin(async { Ok((Vec::new(), Vec::new())) })
-        })
+        .commit_one(&target, &mut create)
         .await
         .map_err(|e| RestError::of_table(&ident, e))?;
     // No credentials here: a load-table that asks for them gets them.

@@ -12,8 +12,10 @@ use iceberg::table::Table;
 
 use super::WriteError;
 use super::encode::{EncodedFile, WriteProps, encode_groups};
-use super::evolve::commit_append;
+use crate::catalog::CommitTarget;
 use crate::catalog::RedbCatalog;
+use crate::snapshot::WriterRange;
+use crate::snapshot::append::{Append, AppendPart};
 
 /// What an ingest made visible.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -195,7 +197,7 @@ pub async fn write_file(
 }
 
 /// Commits `data_files` to `table` as one append (one snapshot, one catalog commit): a
-/// merge append ([`super::append::stage_append`]) through the catalog's commit driver
+/// merge append ([`crate::snapshot::append::Append`]) through the catalog's commit driver
 /// ([`RedbCatalog::commit`]: the table's commit turn, the table as it stands, its
 /// conflict policy). Commits to *other* tables running at the same time share the
 /// catalog's warehouse sync and redb transaction (group commit); this returns only once
@@ -216,16 +218,16 @@ pub async fn commit_files(
     table: &Table,
     data_files: Vec<DataFile>,
 ) -> Result<Table, WriteError> {
-    commit_files_with(catalog, table, data_files, HashMap::new()).await
+    commit_files_with(catalog, table, data_files, None).await
 }
 
-/// [`commit_files`] with extra snapshot summary `properties` (e.g. a producer's writer
-/// id and sequence range, `catalog::marks`) — what Lane 1's committer runs for every
-/// commit of a stream that does not evolve the schema.
+/// [`commit_files`] advancing a producer's high-water mark (`mark`: its writer id and
+/// sequence range, `catalog::marks`) in the same commit — what Lane 1's committer runs
+/// for every commit of a stream that does not evolve the schema.
 ///
 /// # Errors
-/// As [`commit_files`]; `PreconditionFailed` when the summary's writer already committed
-/// a sequence of this range.
+/// As [`commit_files`]; `PreconditionFailed` when the writer already committed a
+/// sequence of this range.
 ///
 /// # Cancel safety
 /// As [`commit_files`].
@@ -233,9 +235,36 @@ pub async fn commit_files_with(
     catalog: &RedbCatalog,
     table: &Table,
     data_files: Vec<DataFile>,
-    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
 ) -> Result<Table, WriteError> {
-    commit_append(catalog, table, None, data_files, properties).await
+    let part = AppendPart {
+        files: data_files,
+        change: None,
+    };
+    commit_append(catalog, table, part, mark).await
+}
+
+/// The one-table append Lane 1 commits: `part`'s files (and its schema change, when it
+/// has one) as one merge append through the catalog's commit driver, advancing `mark`.
+///
+/// # Errors
+/// As [`commit_files_with`]; with a schema change, `CatalogCommitConflicts` (not
+/// retryable) when the table's schema moved in a way the change cannot be rebased onto.
+///
+/// # Cancel safety
+/// As [`commit_files`].
+pub(crate) async fn commit_append(
+    catalog: &RedbCatalog,
+    table: &Table,
+    part: AppendPart,
+    mark: Option<WriterRange>,
+) -> Result<Table, WriteError> {
+    let target = CommitTarget::data(table);
+    let mut append = Append::new(catalog, vec![part], HashMap::new()).with_mark(mark);
+    catalog
+        .commit_one(&target, &mut append)
+        .await
+        .map_err(|e| WriteError::catalog(table.identifier(), e))
 }
 
 /// Encodes every group on all cores, writes the files, and commits them all as ONE

@@ -4,8 +4,8 @@
 //! - **Lane 1** (`DoPut` on a `PATH`): a [`Batcher`] cuts the stream into files that
 //!   encode as rows arrive, and [`ingest_pipelined_overlap_stream_evolving`] (the
 //!   stream form of [`ingest_pipelined_overlap`]) writes them while its committer,
-//!   beside the writer, commits every few files (one merge append each, [`mod@append`]'s
-//!   [`stage_append`], through the catalog's commit driver
+//!   beside the writer, commits every few files (one merge append each,
+//!   [`crate::snapshot::append::Append`], through the catalog's commit driver
 //!   [`crate::catalog::RedbCatalog::commit`]).
 //! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
 //!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
@@ -35,20 +35,17 @@
 //! - [`mod@encode`], [`parallel`], [`file_stats`]: all-core Parquet encode (whole files or row
 //!   groups as they fill) and each file's Iceberg metrics from its footer.
 //! - [`file_out`]: a filled file finished straight into storage, never whole in memory.
-//! - [`evolve`]: schema evolution on ingest (opt-in table property), committed with the
-//!   stream's first data.
-//! - [`mod@append`]: the append both lanes commit (Java's merge append; never re-reads
-//!   the manifest list it wrote), and [`merge`], the manifest-merge rules it shares with
-//!   table maintenance.
-//! - [`stage`]: iceberg's fast append's `(requirements, updates)` without moving the
-//!   pointer.
+//! - [`evolve`]: schema evolution on ingest (opt-in table property): the evolved schema
+//!   a stream's files are written with (committed with its first data by
+//!   [`crate::snapshot::append`]).
 //! - [`ingest`]: the primitives every lane shares (file names and writes, the one-table
 //!   append commit) and the single-commit lanes.
+//!
+//! The snapshots these lanes commit are built in [`crate::snapshot`].
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
 //! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `commit_staged`).
 //! - [`budget`]: the shared memory budget for rows in flight.
 
-pub mod append;
 pub mod batcher;
 pub mod budget;
 pub mod conform;
@@ -58,24 +55,21 @@ pub mod evolve;
 pub mod file_out;
 pub mod file_stats;
 pub mod ingest;
-pub mod merge;
 pub mod multi;
 pub mod parallel;
 pub mod partition;
 pub mod pipeline;
 pub mod schema;
-pub mod stage;
 pub mod transform;
 pub mod types;
 
-pub use append::stage_append;
 pub use batcher::{
     BatchLimits, Batcher, FileSink, FullFile, TARGET_FILE_SIZE_PROPERTY, target_file_size,
 };
 pub use budget::{MemoryBudget, Reservation, batch_bytes};
 pub use conform::{ConformOptions, TRUNCATE_NANOS};
-pub use encode::{EncodedFile, WriteProps, encode_groups};
-pub use evolve::SchemaChange;
+pub use encode::{EncodedFile, WriteProps, encode_groups, writer_properties};
+pub use file_out::finish_and_write;
 pub use ingest::{
     FileNames, IngestStats, append, commit_files, commit_files_with, encode, ingest_parallel,
     write_file, write_files,
@@ -83,7 +77,8 @@ pub use ingest::{
 pub use multi::{
     StagedTable, commit_staged, commit_staged_with, encode_and_write_files, ingest_multi,
 };
-pub use partition::{PartitionTuple, Partitioner};
+pub use parallel::FileEncoder;
+pub use partition::{PartitionTuple, Partitioner, unpartitioned};
 pub use pipeline::{
     CommitReport, Segment, StageFiles, encode_pipelined, ingest_pipelined,
     ingest_pipelined_overlap, ingest_pipelined_overlap_stream,
@@ -93,7 +88,6 @@ pub use schema::{
     check_new_table, conform_batch, conform_batch_with, ensure_table, ensure_table_created,
     iceberg_schema_for, table_arrow_schema,
 };
-pub use stage::{stage_fast_append, stage_fast_append_with, stage_transaction};
 
 /// skade's table property that lets a stream evolve the table's schema (`true`; any other
 /// value or none: off, the schema never changes on ingest; [`evolve`]).

@@ -9,18 +9,18 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow_array::RecordBatch;
-use futures::future::try_join_all;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
 
 use super::WriteError;
-use super::append::stage_append;
 use super::conform::ConformOptions;
 use super::encode::WriteProps;
-use super::evolve::{SchemaChange, evolved_handle, stage_evolving_append};
 use super::ingest::{FileNames, IngestStats, encode, write_files};
 use super::schema::{conform_batch_with, table_arrow_schema};
-use crate::catalog::{CommitTarget, RedbCatalog, Staged, run_blocking_io};
+use crate::catalog::{CommitTarget, RedbCatalog};
+use crate::snapshot::WriterRange;
+use crate::snapshot::append::{Append, AppendPart};
+use crate::snapshot::schema_change::SchemaChange;
 
 /// Conforms every batch of `groups` to `table`'s schema, encodes each group into one
 /// Parquet file on all cores and writes the files under the table's `data/` — exactly
@@ -106,13 +106,12 @@ pub async fn commit_staged(
     catalog: &RedbCatalog,
     staged: Vec<StagedTable>,
 ) -> Result<(Vec<Table>, IngestStats), WriteError> {
-    commit_staged_with(catalog, staged, HashMap::new()).await
+    commit_staged_with(catalog, staged, None).await
 }
 
-/// [`commit_staged`] whose every new snapshot's summary also carries `properties` (a
-/// Flight SQL transaction's writer id and sequence: the catalog then advances that
-/// writer's high-water mark of every table in the same redb transaction,
-/// `catalog::marks`).
+/// [`commit_staged`] advancing a producer's high-water mark (`mark`: a Flight SQL
+/// transaction's writer id and sequence) of every table it appends to, in the same
+/// transaction (`catalog::marks`).
 ///
 /// # Errors
 /// As [`commit_staged`]; `PreconditionFailed` (not retryable, nothing committed) when the
@@ -123,7 +122,7 @@ pub async fn commit_staged(
 pub async fn commit_staged_with(
     catalog: &RedbCatalog,
     staged: Vec<StagedTable>,
-    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
 ) -> Result<(Vec<Table>, IngestStats), WriteError> {
     reject_repeats(staged.iter().map(|s| &s.table))?;
     let live: Vec<usize> = (0..staged.len())
@@ -144,22 +143,16 @@ pub async fn commit_staged_with(
             }
         })
         .collect();
-    let (parts, properties) = (&parts, &properties);
-    let outcome = catalog
-        .commit(&targets, move |bases| {
-            Box::pin(async move {
-                // Every table at once: a flush of N tables waits for its slowest table,
-                // not for the sum (the multi-table latency target).
-                let staged = try_join_all(
-                    parts
-                        .iter()
-                        .zip(bases)
-                        .map(|(part, base)| stage_part(catalog, part, base, properties)),
-                )
-                .await?;
-                Ok(Some((staged, ())))
-            })
+    let append_parts = parts
+        .iter()
+        .map(|part| AppendPart {
+            files: part.data_files.clone(),
+            change: part.schema_change.clone(),
         })
+        .collect();
+    let mut append = Append::new(catalog, append_parts, HashMap::new()).with_mark(mark);
+    let outcome = catalog
+        .commit(&targets, &mut append)
         .await
         .map_err(|e| WriteError::catalog(&names_of(&targets), e))?;
     let (released, ()) = outcome.committed().ok_or_else(|| {
@@ -175,39 +168,6 @@ pub async fn commit_staged_with(
     }
     stats.commits = 1;
     Ok((out, stats))
-}
-
-/// One table's part of the release: its append (when it has files) staged on `base` —
-/// on the blocking pool, since iceberg's local storage blocks and fsyncs inside its
-/// futures — with the schema change it evolves, if any.
-///
-/// # Errors
-/// iceberg's error when the stage failed, or the schema the change was planned on is no
-/// longer current.
-async fn stage_part(
-    catalog: &RedbCatalog,
-    part: &StagedTable,
-    base: Table,
-    properties: &HashMap<String, String>,
-) -> iceberg::Result<Staged> {
-    if part.data_files.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let files = part.data_files.clone();
-    let properties = properties.clone();
-    let change = match &part.schema_change {
-        Some(change) => Some(evolved_handle(catalog, &base, change)?),
-        None => None,
-    };
-    run_blocking_io(async move {
-        match change {
-            Some((evolved, change)) => {
-                stage_evolving_append(evolved, &change, files, properties).await
-            }
-            None => stage_append(&base, files, properties).await,
-        }
-    })
-    .await
 }
 
 /// Encodes and writes every table's groups (in input order, each on all cores), then

@@ -20,7 +20,6 @@
 //! ends the pipeline at its next await, and an un-committed redb transaction rolls back,
 //! so no partial snapshot is ever visible.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
@@ -32,12 +31,13 @@ use tokio::sync::mpsc;
 use super::WriteError;
 use super::batcher::{FileSink, FullFile};
 use super::encode::{EncodedFile, WriteProps};
-use super::evolve::{SchemaChange, commit_evolving};
 use super::file_out::finish_and_write;
-use super::ingest::{
-    FileNames, IngestStats, commit_files, commit_files_with, encode, write_file, write_files,
-};
-use crate::catalog::{RedbCatalog, marks};
+use super::ingest::commit_append;
+use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
+use crate::catalog::RedbCatalog;
+use crate::snapshot::WriterRange;
+use crate::snapshot::append::AppendPart;
+use crate::snapshot::schema_change::SchemaChange;
 
 /// One step of a pipelined ingest's input, in order.
 #[derive(Debug)]
@@ -332,19 +332,22 @@ async fn commit_in_turn(
             let files = std::mem::take(&mut pending);
             let committed = IngestStats::of_commit(&files);
             let started = Instant::now();
-            let properties = match (writer_id, pending_sequences.take()) {
+            let mark = match (writer_id, pending_sequences.take()) {
                 (Some(writer), Some((first, last))) => {
                     last_sequence = Some(last);
-                    marks::summary(writer, first, last)
+                    Some(WriterRange {
+                        writer: writer.to_string(),
+                        first,
+                        last,
+                    })
                 }
-                _ => HashMap::new(),
+                _ => None,
             };
-            table = match evolve.take() {
-                Some(change) => {
-                    commit_evolving(catalog, &table, &change, files, properties).await?
-                }
-                None => commit_files_with(catalog, &table, files, properties).await?,
+            let part = AppendPart {
+                files,
+                change: evolve.take(),
             };
+            table = commit_append(catalog, &table, part, mark).await?;
             stats.add(&committed);
             on_commit(&CommitReport {
                 table: table.clone(),

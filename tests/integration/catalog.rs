@@ -6,7 +6,8 @@ use crate::common;
 use iceberg::table::Table;
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableIdent, TableRequirement};
 use skade::catalog::RedbCatalog;
-use skade::write::{self, WriteProps, stage_fast_append};
+use skade::snapshot::fast_append::stage_fast_append;
+use skade::write::{self, WriteProps};
 
 use common::open_catalog as open;
 

@@ -15,6 +15,7 @@ use skade::catalog::{CommitTarget, RedbCatalog};
 use skade::config::MaintenanceConfig;
 use skade::maintenance::{Maintainer, PassReport};
 use skade::metrics::Metrics;
+use skade::snapshot::fast_append::FastAppend;
 use skade::write::{self, WriteProps};
 
 use crate::common::foreign::{delete_by_equality, delete_by_position};
@@ -68,14 +69,8 @@ async fn append(catalog: &RedbCatalog, name: &str, first_id: i64, rows: usize) {
     .await
     .unwrap();
     let target = CommitTarget::data(&table);
-    let files = &files;
-    catalog
-        .commit_one(&target, move |current| {
-            let files = files.clone();
-            Box::pin(async move { write::stage_fast_append(&current, files).await })
-        })
-        .await
-        .unwrap();
+    let mut append = FastAppend::new(files, Default::default());
+    catalog.commit_one(&target, &mut append).await.unwrap();
 }
 
 /// `ns.<name>` after `commits` appends of `rows` rows each (ids from 0).

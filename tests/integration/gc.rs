@@ -125,7 +125,9 @@ async fn gc_removes_old_orphans_and_keeps_referenced_files_and_young_orphans() {
     )
     .await
     .unwrap();
-    write::stage_fast_append(&table, data_files).await.unwrap();
+    skade::snapshot::fast_append::stage_fast_append(&table, data_files)
+        .await
+        .unwrap();
     let ids = [
         TableIdent::from_strs(["gc", "t"]).unwrap(),
         TableIdent::from_strs(["gc", "deep", "u"]).unwrap(),

@@ -268,19 +268,14 @@ async fn set_property(
     value: &str,
 ) -> iceberg::table::Table {
     let target = skade::catalog::CommitTarget::metadata(table);
-    let value = value.to_string();
+    let mut update = skade::snapshot::metadata::MetadataUpdate::new(
+        Vec::new(),
+        vec![iceberg::TableUpdate::SetProperties {
+            updates: [("k".to_string(), value.to_string())].into(),
+        }],
+    );
     catalog
-        .commit_one(&target, move |_| {
-            let value = value.clone();
-            Box::pin(async move {
-                Ok((
-                    Vec::new(),
-                    vec![iceberg::TableUpdate::SetProperties {
-                        updates: [("k".to_string(), value)].into(),
-                    }],
-                ))
-            })
-        })
+        .commit_one(&target, &mut update)
         .await
         .expect("commit")
 }

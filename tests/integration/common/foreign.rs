@@ -19,6 +19,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent, TableRequirement, TableUpdate};
 use skade::catalog::{CommitTarget, RedbCatalog};
+use skade::snapshot::metadata::MetadataUpdate;
 
 /// Field id of a position delete file's `file_path` column.
 const FILE_PATH_ID: i32 = 2_147_483_546;
@@ -312,12 +313,9 @@ async fn commit_deletes(catalog: &RedbCatalog, table: &Table, deletes: Vec<DataF
     // Through the catalog's commit driver, as the face's `update_table` would (the
     // requirements checked against the table as it stands).
     let target = CommitTarget::metadata(table);
-    let staged = &staged;
+    let mut update = MetadataUpdate::new(staged.0, staged.1);
     catalog
-        .commit_one(&target, move |_| {
-            let staged = staged.clone();
-            Box::pin(async move { Ok(staged) })
-        })
+        .commit_one(&target, &mut update)
         .await
         .expect("commit the deletes");
 }

@@ -174,9 +174,18 @@ mod tests {
             })
             .build();
         let ident = TableIdent::from_strs(["ns", table]).unwrap();
-        MarkAdvance::from_updates(&ident, &[TableUpdate::AddSnapshot { snapshot }])
-            .unwrap()
-            .unwrap()
+        let range = crate::catalog::marks::WriterRange {
+            writer: writer.to_string(),
+            first: 1,
+            last: 1,
+        };
+        MarkAdvance::of(
+            &ident,
+            Some(&range),
+            &[TableUpdate::AddSnapshot { snapshot }],
+        )
+        .unwrap()
+        .unwrap()
     }
 
     /// Forgetting an idle writer removes its row and every mark it has, and nothing of

@@ -20,6 +20,10 @@
 //!
 //! Format v1 and v3 tables (v3 assigns row ids in the manifest list) take iceberg's fast
 //! append unchanged.
+//!
+//! [`Append`] is the stage both ingest lanes commit through: the append of one table, or
+//! of several in ONE commit (Lane 2), each optionally evolving its table's schema in the
+//! same commit ([`SchemaChange`]), each carrying the producer's writer range.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,11 +36,133 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Result, TableRequirement, TableUpdate};
 
-use super::merge::{
+use async_trait::async_trait;
+use futures::future::try_join_all;
+
+use super::fast_append::stage_fast_append_with;
+use super::manifests::{
     as_listed, as_read, entry_as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
 };
-use super::stage::stage_fast_append_with;
+use super::schema_change::{SchemaChange, evolved_handle, stage_evolving_append};
+use super::{Stage, Staged, TableChange, WriterRange};
 use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
+use crate::catalog::{RedbCatalog, run_blocking_io};
+
+/// One table's part of an [`Append`]: the data files it appends (in write order; they
+/// become ONE snapshot) and the schema change it makes current with them, if any.
+#[derive(Debug, Clone, Default)]
+pub struct AppendPart {
+    /// The data files, already written for the table.
+    pub files: Vec<DataFile>,
+    /// A schema the files were written with, made current in the same commit.
+    pub change: Option<SchemaChange>,
+}
+
+/// The merge append of one or several tables in one commit (module docs). A part without
+/// files changes nothing of its table (a table the commit creates is created empty).
+#[derive(Debug)]
+pub struct Append<'a> {
+    catalog: &'a RedbCatalog,
+    parts: Vec<AppendPart>,
+    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
+}
+
+impl<'a> Append<'a> {
+    /// The append of `parts`, one per commit target in target order, with `properties`
+    /// in every new snapshot's summary (`catalog` builds the handles a schema change is
+    /// staged on).
+    pub fn new(
+        catalog: &'a RedbCatalog,
+        parts: Vec<AppendPart>,
+        properties: HashMap<String, String>,
+    ) -> Self {
+        Self {
+            catalog,
+            parts,
+            properties,
+            mark: None,
+        }
+    }
+
+    /// This append, advancing `mark` (a producer's writer range: exactly-once) in every
+    /// table it appends to.
+    pub fn with_mark(mut self, mark: Option<WriterRange>) -> Self {
+        self.mark = mark;
+        self
+    }
+}
+
+#[async_trait]
+impl Stage for Append<'_> {
+    type Out = ();
+    type Error = iceberg::Error;
+
+    async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<()>>> {
+        if current.len() != self.parts.len() {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::Unexpected,
+                format!(
+                    "an append of {} tables was run on {}",
+                    self.parts.len(),
+                    current.len()
+                ),
+            ));
+        }
+        let mut properties = self.properties.clone();
+        if let Some(mark) = &self.mark {
+            properties.extend(mark.summary());
+        }
+        // Every table at once: a flush of N tables waits for its slowest table, not for
+        // the sum (the multi-table latency target).
+        let catalog = self.catalog;
+        let changes = try_join_all(self.parts.iter().zip(current).map(|(part, base)| {
+            stage_part(
+                catalog,
+                part,
+                base.clone(),
+                properties.clone(),
+                self.mark.clone(),
+            )
+        }))
+        .await?;
+        Ok(Some(Staged::new(changes, ())))
+    }
+}
+
+/// One table's change of an [`Append`]: its append (when it has files) staged on `base`
+/// — on the blocking pool, since iceberg's local storage blocks and fsyncs inside its
+/// futures — with the schema change it evolves, if any.
+///
+/// # Errors
+/// iceberg's error when the stage failed, or the schema the change was planned on is no
+/// longer current.
+async fn stage_part(
+    catalog: &RedbCatalog,
+    part: &AppendPart,
+    base: Table,
+    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
+) -> Result<TableChange> {
+    if part.files.is_empty() {
+        return Ok(TableChange::default());
+    }
+    let files = part.files.clone();
+    let change = match &part.change {
+        Some(change) => Some(evolved_handle(catalog, &base, change)?),
+        None => None,
+    };
+    let (requirements, updates) = run_blocking_io(async move {
+        match change {
+            Some((evolved, change)) => {
+                stage_evolving_append(evolved, &change, files, properties).await
+            }
+            None => stage_append(&base, files, properties).await,
+        }
+    })
+    .await?;
+    Ok(TableChange::new(requirements, updates).with_mark(mark))
+}
 
 /// Stages `data_files` as one append on `table` (module docs): writes its manifest, any
 /// merged manifests and its manifest list, and returns its `(requirements, updates)`.

@@ -1,4 +1,6 @@
-//! Capturing a fast append's `(requirements, updates)` without committing it.
+//! iceberg's own fast append ([`FastAppend`], what other Iceberg writers commit), and how
+//! any iceberg transaction's `(requirements, updates)` are captured without committing
+//! it ([`stage_transaction`]).
 //!
 //! iceberg 0.10.1 keeps `FastAppendAction::commit` crate-private and `TableCommit`'s
 //! builder too, so an outside caller cannot ask for a fast append's commit directly. A
@@ -13,6 +15,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use iceberg::spec::DataFile;
+
+use super::{Stage, Staged, TableChange};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{
@@ -52,6 +56,43 @@ pub async fn stage_fast_append_with(
         .add_data_files(data_files)
         .apply(tx)?;
     stage_transaction(table, tx).await
+}
+
+/// iceberg 0.10.1's fast append of data files into one table: a new manifest of them and
+/// every manifest of the parent carried on (no merge), as Iceberg writers that do not
+/// merge append commit. Staged again on the table as it stands at each attempt.
+#[derive(Debug, Clone)]
+pub struct FastAppend {
+    files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+}
+
+impl FastAppend {
+    /// The fast append of `files`, with `properties` in its snapshot's summary.
+    pub fn new(files: Vec<DataFile>, properties: HashMap<String, String>) -> Self {
+        Self { files, properties }
+    }
+}
+
+#[async_trait]
+impl Stage for FastAppend {
+    type Out = ();
+    type Error = Error;
+
+    async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<()>>> {
+        let [table] = current else {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "a fast append commits one table",
+            ));
+        };
+        let (requirements, updates) =
+            stage_fast_append_with(table, self.files.clone(), self.properties.clone()).await?;
+        Ok(Some(Staged::new(
+            vec![TableChange::new(requirements, updates)],
+            (),
+        )))
+    }
 }
 
 /// Runs `tx` — a transaction built on `table` — against a catalog that only knows

@@ -13,10 +13,13 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use iceberg::spec::{MAIN_BRANCH, TableMetadata};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
-use iceberg::{Result, TableRequirement, TableUpdate};
+use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
+
+use super::{Stage, Staged, TableChange};
 
 /// Table property: the most snapshots `main`'s ancestry keeps (a count bound on top of
 /// Iceberg's age rules); `0` means no count bound. Unset: `--max-snapshots`.
@@ -64,7 +67,7 @@ pub(crate) async fn plan(table: &Table, default_max_snapshots: usize) -> Result<
         .expire_snapshots()
         .expire_older_than_ms(cutoff)
         .apply(tx)?;
-    let (requirements, updates) = crate::write::stage_transaction(table, tx).await?;
+    let (requirements, updates) = super::fast_append::stage_transaction(table, tx).await?;
     if updates.is_empty() {
         return Ok(None);
     }
@@ -80,6 +83,37 @@ pub(crate) async fn plan(table: &Table, default_max_snapshots: usize) -> Result<
         updates,
         snapshots,
     }))
+}
+
+/// Snapshot expiry of one table as a commit: planned again on the table as it stands at
+/// each attempt ([`plan`]), giving way when nothing expires. Its value is the number of
+/// snapshots removed.
+#[derive(Debug, Clone, Copy)]
+pub struct Expire {
+    /// `--max-snapshots` (`0`: no count bound) for a table without
+    /// [`MAX_SNAPSHOTS_PROPERTY`].
+    pub default_max_snapshots: usize,
+}
+
+#[async_trait]
+impl Stage for Expire {
+    type Out = usize;
+    type Error = Error;
+
+    async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<usize>>> {
+        let [table] = current else {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "an expiry commits one table",
+            ));
+        };
+        Ok(plan(table, self.default_max_snapshots).await?.map(|e| {
+            Staged::new(
+                vec![TableChange::new(e.requirements, e.updates)],
+                e.snapshots,
+            )
+        }))
+    }
 }
 
 /// The timestamp (ms) of the `max`-th newest snapshot of `main`'s ancestry when it holds

@@ -102,6 +102,29 @@ impl DeleteIndex {
         Ok(index)
     }
 
+    /// [`Self::of`] for `table`, whose specs say which are unpartitioned.
+    ///
+    /// # Errors
+    /// As [`Self::of`].
+    pub(crate) async fn of_table(
+        table: &iceberg::table::Table,
+        manifests: &[ManifestFile],
+        cache: &mut ManifestCache,
+    ) -> Result<Self> {
+        let metadata = table.metadata();
+        Self::of(
+            table.file_io(),
+            manifests,
+            |spec_id| {
+                metadata
+                    .partition_spec_by_id(spec_id)
+                    .map(|spec| spec.fields().is_empty())
+            },
+            cache,
+        )
+        .await
+    }
+
     /// Adds one live delete file of spec `spec_id` (unpartitioned or not) with data
     /// sequence number `sequence`. A data file among the entries of a delete manifest is
     /// ignored.

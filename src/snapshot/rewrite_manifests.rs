@@ -1,24 +1,22 @@
 //! Manifest merging in the background: a `replace` snapshot whose manifest list carries
 //! the same live data files in fewer manifests (like Java's `RewriteManifests`).
 //!
-//! Appends made by skade merge inline, as Java's merge append does (`write::append`);
+//! Appends made by skade merge inline, as Java's merge append does ([`super::append`]);
 //! this pass merges what other writers left (e.g. a table written by another Iceberg
 //! writer's fast append), and tables whose rules changed. The rules and the merge
-//! itself are shared: [`crate::write::merge`].
+//! itself are shared: [`super::manifests`].
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
 use iceberg::spec::{FormatVersion, ManifestFile, Operation, Snapshot, Summary};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
+use super::append::write_snapshot;
+use super::manifests::{merge_manifests, unique_snapshot_id};
+use super::{Stage, Staged, TableChange};
 use crate::catalog::manifest_cache::ManifestCache;
-use crate::write::append::write_snapshot;
-pub use crate::write::merge::{
-    MERGE_ENABLED_PROPERTY, MIN_COUNT_TO_MERGE_DEFAULT, MIN_COUNT_TO_MERGE_PROPERTY,
-    TARGET_SIZE_BYTES_DEFAULT, TARGET_SIZE_BYTES_PROPERTY,
-};
-pub(crate) use crate::write::merge::{merge_manifests, unique_snapshot_id};
 
 /// A written merge, ready to commit.
 #[derive(Debug)]
@@ -90,6 +88,43 @@ pub(crate) async fn plan(
         replaced_bytes: merged.replaced_bytes,
         manifests_after,
     }))
+}
+
+/// Manifest merging of one table as a commit: planned again on the table as it stands
+/// at each attempt ([`plan`], reading manifests through `cache`), giving way when no
+/// merge is due. Its value: manifests replaced, merged manifests written, manifests the
+/// new snapshot lists, bytes of the manifests replaced.
+#[derive(Debug)]
+pub struct RewriteManifests<'a> {
+    cache: &'a mut ManifestCache,
+}
+
+impl<'a> RewriteManifests<'a> {
+    /// Manifest merging reading (and keeping) parsed manifests in `cache`.
+    pub fn new(cache: &'a mut ManifestCache) -> Self {
+        Self { cache }
+    }
+}
+
+#[async_trait]
+impl Stage for RewriteManifests<'_> {
+    type Out = (usize, usize, usize, u64);
+    type Error = Error;
+
+    async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<Self::Out>>> {
+        let [table] = current else {
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "a manifest merge commits one table",
+            ));
+        };
+        let list = self.cache.current(table).await?;
+        let merged = plan(table, &list, self.cache).await?;
+        Ok(merged.map(|m| {
+            let counts = (m.replaced, m.written, m.manifests_after, m.replaced_bytes);
+            Staged::new(vec![TableChange::new(m.requirements, m.updates)], counts)
+        }))
+    }
 }
 
 /// The `total-*` properties of `snapshot`'s summary.
