@@ -13,7 +13,7 @@
 //! 3. check each is the table the caller built for (same uuid: a table dropped and
 //!    created again under its name is another table) and, for data commits, still has the
 //!    partition spec the data files were split by;
-//! 4. run the caller's stage ([`crate::snapshot::Stage`]) on the tables as they stand —
+//! 4. run the caller's stage ([`super::Stage`], a producer of `crate::snapshot`) on the tables as they stand —
 //!    the only part that differs between callers;
 //! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
 //!    transaction, group-committed), built on the tables as loaded in 2
@@ -62,8 +62,8 @@ use iceberg::table::Table;
 use iceberg::{Catalog, Error, ErrorKind, Result};
 use tokio::sync::OwnedMutexGuard;
 
+use super::stage::{Stage, Staged};
 use super::{RedbCatalog, Release};
-use crate::snapshot::{Stage, Staged};
 
 /// Times a commit is staged again after a retryable conflict of its release before it
 /// fails with the conflict: iceberg's `commit.retry.num-retries` default.
@@ -512,7 +512,7 @@ impl RedbCatalog {
 fn release_of(
     targets: &[CommitTarget],
     current: Vec<Table>,
-    changes: Vec<crate::snapshot::TableChange>,
+    changes: Vec<super::stage::TableChange>,
 ) -> Result<Vec<Release>> {
     if changes.len() != targets.len() {
         return Err(Error::new(

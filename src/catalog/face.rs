@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::error::{namespace_not_found, table_exists, table_not_found};
 use super::metadata_cache::cache_key;
+use super::stage::MetadataUpdate;
 use super::{RedbCatalog, purge};
-use crate::snapshot::metadata::MetadataUpdate;
 use async_trait::async_trait;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;

@@ -3,43 +3,27 @@
 
 use iceberg::{NamespaceIdent, TableIdent};
 
+use crate::catalog::names::check_name;
 use crate::error::Error;
 
 /// The namespace of a one-element path.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// The longest name element (a namespace level or a table name), in bytes. Each element
-/// is a directory name under the warehouse, and file systems hold at most 255 bytes per
-/// name; 128 leaves room and keeps paths well under `PATH_MAX` with [`MAX_NAMESPACE_DEPTH`].
-pub const MAX_NAME_BYTES: usize = 128;
-
-/// The most namespace levels a table name may have.
-pub const MAX_NAMESPACE_DEPTH: usize = 8;
-
 /// The table named by a Flight `PATH` descriptor `[ns..., table]`; one element means
 /// namespace [`DEFAULT_NAMESPACE`].
 ///
 /// # Errors
-/// [`Error::BadName`] for an empty path, more than [`MAX_NAMESPACE_DEPTH`] namespace
-/// levels, or an element that is not `[A-Za-z0-9_-]+` (empty, `..`, `/`, NUL, spaces, …)
-/// or longer than [`MAX_NAME_BYTES`], quoting the element.
+/// [`Error::BadName`] for an empty path, or a name the catalog's rule refuses
+/// ([`check_name`]: too many levels, an element that is not `[A-Za-z0-9_-]+` or too
+/// long), quoting the element.
 pub fn table_from_path(path: &[String]) -> Result<TableIdent, Error> {
     let Some((name, namespace)) = path.split_last() else {
         return Err(Error::BadName {
             reason: "the descriptor path is empty; give [namespace..., table]".to_string(),
         });
     };
-    if namespace.len() > MAX_NAMESPACE_DEPTH {
-        return Err(Error::BadName {
-            reason: format!(
-                "the namespace has {} levels; at most {MAX_NAMESPACE_DEPTH} are allowed",
-                namespace.len()
-            ),
-        });
-    }
-    for element in path {
-        check_element(element)?;
-    }
+    check_name(namespace.iter().map(String::as_str), Some(name))
+        .map_err(|reason| Error::BadName { reason })?;
     let namespace = if namespace.is_empty() {
         vec![DEFAULT_NAMESPACE.to_string()]
     } else {
@@ -49,34 +33,6 @@ pub fn table_from_path(path: &[String]) -> Result<TableIdent, Error> {
         reason: e.to_string(),
     })?;
     Ok(TableIdent::new(namespace, name.clone()))
-}
-
-/// Checks one name element against `[A-Za-z0-9_-]+` and [`MAX_NAME_BYTES`].
-///
-/// # Errors
-/// [`Error::BadName`] quoting the element (its first 32 bytes when it is too long).
-pub fn check_element(element: &str) -> Result<(), Error> {
-    if element.len() > MAX_NAME_BYTES {
-        let head: String = element.chars().take(32).collect();
-        return Err(Error::BadName {
-            reason: format!(
-                "\"{head}...\" is {} bytes long; a namespace level or table name holds at \
-                 most {MAX_NAME_BYTES}",
-                element.len()
-            ),
-        });
-    }
-    let ok = !element.is_empty()
-        && element
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::BadName {
-            reason: format!("{element:?} is not a name of [A-Za-z0-9_-]+"),
-        })
-    }
 }
 
 /// The `PATH` of `ident`: namespace elements then the table name.

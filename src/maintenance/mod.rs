@@ -45,11 +45,11 @@ use iceberg::{Catalog, ErrorKind, TableIdent};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::catalog::Stage;
 use crate::catalog::gc::GcError;
 use crate::catalog::{CommitTarget, CommitTurns, Outcome, Ownership, RedbCatalog};
 use crate::config::MaintenanceConfig;
 use crate::metrics::{LANE_MAINTENANCE, Metrics};
-use crate::snapshot::Stage;
 use crate::snapshot::expire::Expire;
 use crate::snapshot::replace::Replace;
 use crate::snapshot::rewrite_manifests::RewriteManifests;

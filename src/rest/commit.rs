@@ -29,7 +29,7 @@ use iceberg::{Catalog, TableRequirement, TableUpdate};
 use super::model::{CommitTableRequest, CommitTableResponse};
 use super::{RestError, body_of, json, table_of};
 use crate::catalog::{CommitTarget, RedbCatalog};
-use crate::snapshot::{Stage, Staged, TableChange};
+use crate::catalog::{Stage, Staged, TableChange};
 
 /// The `action` of every update `commit_table` serves.
 pub const SERVED_UPDATES: [&str; 8] = [

@@ -28,8 +28,8 @@ use super::model::{
 use super::{
     RestError, body_of, json, load_table_result, namespace_of, path_param, query_param, table_of,
 };
+use crate::catalog::MetadataUpdate;
 use crate::catalog::{CommitTarget, RedbCatalog};
-use crate::snapshot::metadata::MetadataUpdate;
 
 type Db = State<Arc<RedbCatalog>>;
 
@@ -305,17 +305,7 @@ fn levels_of(levels: Vec<String>) -> Result<NamespaceIdent, RestError> {
 /// namespace levels): each is a directory under the warehouse, so `..`, `/` and the like
 /// must never reach a path.
 fn check_new_name(ns: &NamespaceIdent, table: Option<&str>) -> Result<(), RestError> {
-    use crate::flight::names::{MAX_NAMESPACE_DEPTH, check_element};
-    if ns.len() > MAX_NAMESPACE_DEPTH {
-        return Err(RestError::bad(format!(
-            "the namespace has {} levels; at most {MAX_NAMESPACE_DEPTH} are allowed",
-            ns.len()
-        )));
-    }
-    for element in ns.iter().map(String::as_str).chain(table) {
-        check_element(element).map_err(|e| RestError::bad(e.to_string()))?;
-    }
-    Ok(())
+    crate::catalog::names::check_name(ns.iter().map(String::as_str), table).map_err(RestError::bad)
 }
 
 /// A requested table location, accepted only as a plain absolute path under the

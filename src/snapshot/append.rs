@@ -43,10 +43,10 @@ use super::fast_append::stage_fast_append_with;
 use super::manifests::{
     as_listed, as_read, entry_as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
 };
-use super::schema_change::{SchemaChange, evolved_handle, stage_evolving_append};
-use super::{Stage, Staged, TableChange, WriterRange};
+use super::schema_change::{SchemaChange, evolved_handle};
 use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
 use crate::catalog::{RedbCatalog, run_blocking_io};
+use crate::catalog::{Stage, Staged, TableChange, WriterRange};
 
 /// One table's part of an [`Append`]: the data files it appends (in write order; they
 /// become ONE snapshot) and the schema change it makes current with them, if any.
@@ -364,3 +364,30 @@ const TOTALS: &[(&str, &str)] = &[
     ("total-position-deletes", "added-position-deletes"),
     ("total-equality-deletes", "added-equality-deletes"),
 ];
+
+/// Stages `data_files` as one append ([`stage_append`]) on `evolved` (from [`evolved_handle`]) that
+/// also makes `change` the table's current schema: `(requirements, updates)` for ONE
+/// catalog commit — the append's own, plus "the current schema is still
+/// `change.base_schema_id`", with `AddSchema` + `SetCurrentSchema` before the append.
+///
+/// # Errors
+/// iceberg's error from the append (e.g. a manifest write failure).
+pub async fn stage_evolving_append(
+    evolved: Table,
+    change: &SchemaChange,
+    data_files: Vec<DataFile>,
+    properties: HashMap<String, String>,
+) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
+    let (mut requirements, appended) = stage_append(&evolved, data_files, properties).await?;
+    requirements.push(TableRequirement::CurrentSchemaIdMatch {
+        current_schema_id: change.base_schema_id,
+    });
+    let mut updates = vec![
+        TableUpdate::AddSchema {
+            schema: change.schema.as_ref().clone(),
+        },
+        TableUpdate::SetCurrentSchema { schema_id: -1 },
+    ];
+    updates.extend(appended);
+    Ok((requirements, updates))
+}

@@ -19,7 +19,7 @@ use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use super::{Stage, Staged, TableChange};
+use crate::catalog::{Stage, Staged, TableChange};
 
 /// Table property: the most snapshots `main`'s ancestry keeps (a count bound on top of
 /// Iceberg's age rules); `0` means no count bound. Unset: `--max-snapshots`.

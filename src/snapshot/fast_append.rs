@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use iceberg::spec::DataFile;
 
-use super::{Stage, Staged, TableChange};
+use crate::catalog::{Stage, Staged, TableChange};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{

@@ -20,8 +20,8 @@ use super::append::write_added;
 use super::deletes::DeleteIndex;
 use super::manifests::{as_read, entry_as_read, entry_ids, manifest_writer, unique_snapshot_id};
 use super::rewrite_manifests::{carried_totals, replace_snapshot};
-use super::{Stage, Staged, TableChange};
 use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
+use crate::catalog::{Stage, Staged, TableChange};
 
 /// Data files rewritten into new ones (compaction's runs), not yet committed.
 #[derive(Debug)]

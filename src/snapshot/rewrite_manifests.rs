@@ -15,8 +15,8 @@ use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::append::write_snapshot;
 use super::manifests::{merge_manifests, unique_snapshot_id};
-use super::{Stage, Staged, TableChange};
 use crate::catalog::manifest_cache::ManifestCache;
+use crate::catalog::{Stage, Staged, TableChange};
 
 /// A written merge, ready to commit.
 #[derive(Debug)]

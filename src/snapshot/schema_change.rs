@@ -3,14 +3,11 @@
 //! staged on, and the rebase of a change onto a schema that moved since it was planned
 //! (Iceberg spec, "Schema Evolution").
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use iceberg::spec::{DataFile, NestedFieldRef, PrimitiveType, Schema, TableMetadataBuilder, Type};
+use iceberg::spec::{NestedFieldRef, PrimitiveType, Schema, TableMetadataBuilder, Type};
 use iceberg::table::Table;
-use iceberg::{TableRequirement, TableUpdate};
 
-use super::append::stage_append;
 use crate::catalog::RedbCatalog;
 
 /// A schema a stream evolved its table to, committed with the stream's first data.
@@ -165,31 +162,4 @@ pub fn rebase(table: &Table, change: &SchemaChange) -> iceberg::Result<SchemaCha
         base_schema_id: current.schema_id(),
         schema: Arc::new(schema),
     })
-}
-
-/// Stages `data_files` as one append ([`stage_append`]) on `evolved` (from [`evolved_handle`]) that
-/// also makes `change` the table's current schema: `(requirements, updates)` for ONE
-/// catalog commit — the append's own, plus "the current schema is still
-/// `change.base_schema_id`", with `AddSchema` + `SetCurrentSchema` before the append.
-///
-/// # Errors
-/// iceberg's error from the append (e.g. a manifest write failure).
-pub async fn stage_evolving_append(
-    evolved: Table,
-    change: &SchemaChange,
-    data_files: Vec<DataFile>,
-    properties: HashMap<String, String>,
-) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
-    let (mut requirements, appended) = stage_append(&evolved, data_files, properties).await?;
-    requirements.push(TableRequirement::CurrentSchemaIdMatch {
-        current_schema_id: change.base_schema_id,
-    });
-    let mut updates = vec![
-        TableUpdate::AddSchema {
-            schema: change.schema.as_ref().clone(),
-        },
-        TableUpdate::SetCurrentSchema { schema_id: -1 },
-    ];
-    updates.extend(appended);
-    Ok((requirements, updates))
 }

@@ -14,7 +14,7 @@ use super::WriteError;
 use super::encode::{EncodedFile, WriteProps, encode_groups};
 use crate::catalog::CommitTarget;
 use crate::catalog::RedbCatalog;
-use crate::snapshot::WriterRange;
+use crate::catalog::WriterRange;
 use crate::snapshot::append::{Append, AppendPart};
 
 /// What an ingest made visible.

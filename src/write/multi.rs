@@ -17,8 +17,8 @@ use super::conform::ConformOptions;
 use super::encode::WriteProps;
 use super::ingest::{FileNames, IngestStats, encode, write_files};
 use super::schema::{conform_batch_with, table_arrow_schema};
+use crate::catalog::WriterRange;
 use crate::catalog::{CommitTarget, RedbCatalog};
-use crate::snapshot::WriterRange;
 use crate::snapshot::append::{Append, AppendPart};
 use crate::snapshot::schema_change::SchemaChange;
 

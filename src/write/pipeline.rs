@@ -35,7 +35,7 @@ use super::file_out::finish_and_write;
 use super::ingest::commit_append;
 use super::ingest::{FileNames, IngestStats, commit_files, encode, write_file, write_files};
 use crate::catalog::RedbCatalog;
-use crate::snapshot::WriterRange;
+use crate::catalog::WriterRange;
 use crate::snapshot::append::AppendPart;
 use crate::snapshot::schema_change::SchemaChange;
 

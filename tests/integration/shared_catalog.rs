@@ -268,7 +268,7 @@ async fn set_property(
     value: &str,
 ) -> iceberg::table::Table {
     let target = skade::catalog::CommitTarget::metadata(table);
-    let mut update = skade::snapshot::metadata::MetadataUpdate::new(
+    let mut update = skade::catalog::MetadataUpdate::new(
         Vec::new(),
         vec![iceberg::TableUpdate::SetProperties {
             updates: [("k".to_string(), value.to_string())].into(),

@@ -18,8 +18,8 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent, TableRequirement, TableUpdate};
+use skade::catalog::MetadataUpdate;
 use skade::catalog::{CommitTarget, RedbCatalog};
-use skade::snapshot::metadata::MetadataUpdate;
 
 /// Field id of a position delete file's `file_path` column.
 const FILE_PATH_ID: i32 = 2_147_483_546;
