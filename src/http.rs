@@ -177,7 +177,7 @@ async fn check_ready(ready: &Service) -> Result<(), String> {
     match ready.catalog.warehouse().local_path() {
         Some(root) => {
             let probe = root.join(format!("{READY_PROBE_PREFIX}{}", uuid::Uuid::new_v4()));
-            tokio::task::spawn_blocking(move || {
+            crate::storage::blocking::run_blocking(move || {
                 std::fs::write(&probe, b"ok")
                     .and_then(|()| std::fs::remove_file(&probe))
                     .map_err(|e| format!("warehouse {} is not writable: {e}", probe.display()))

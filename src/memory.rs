@@ -190,10 +190,10 @@ pub(crate) fn spawn(service: Weak<Service>, purge_every: Duration) -> tokio::tas
             match schedule.next(Instant::now(), idle) {
                 Step::Wait => {}
                 Step::Purge => {
-                    let _ = tokio::task::spawn_blocking(purge_free_memory).await;
+                    let _ = crate::storage::blocking::run_blocking(purge_free_memory).await;
                 }
                 Step::Release => {
-                    let _ = tokio::task::spawn_blocking(release_free_memory).await;
+                    let _ = crate::storage::blocking::run_blocking(release_free_memory).await;
                 }
             }
             tokio::time::sleep(RELEASE_TICK).await;

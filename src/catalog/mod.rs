@@ -18,7 +18,7 @@
 //! [`gc`] removes the files no table's metadata references (`skade gc`).
 //!
 //! One job per module: this file holds [`RedbCatalog`] and opens it; [`store`] the
-//! durable state behind one trait, a room per backend; `face.rs` is the
+//! durable state behind one trait, a room per backend; `iceberg_catalog.rs` is the
 //! `impl iceberg::Catalog`; `tables.rs` the catalog's own reads and DDL beyond it
 //! (every table, pointers, marks); `commit.rs` the one commit driver every commit of
 //! this process runs ([`RedbCatalog::commit`]: the table's commit turn, the table as it
@@ -28,15 +28,14 @@
 //! sweep; `shared.rs` what instances sharing a store ask of each other; `counters.rs`
 //! the commit counts; `error.rs` the catalog's errors; `blocking.rs` running blocking
 //! I/O off the runtime.
-mod blocking;
 pub mod commit;
 mod counters;
 mod error;
-mod face;
 #[doc(hidden)]
 pub mod fault;
 pub mod gc;
 mod group_commit;
+mod iceberg_catalog;
 mod locations;
 pub mod manifest_cache;
 pub mod marks;
@@ -62,7 +61,6 @@ use iceberg::{Result, TableIdent};
 
 use crate::storage::Warehouse;
 use crate::storage::file_store::FileStore;
-pub use blocking::run_blocking_io;
 pub use commit::{
     COMMIT_POLICY, COMMIT_RETRIES, CommitPolicy, CommitTarget, CommitTurns, Outcome,
     SHARED_COMMIT_POLICY,

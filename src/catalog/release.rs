@@ -14,13 +14,13 @@ use iceberg::{
     TableRequirement, TableUpdate,
 };
 
-use super::blocking::run_blocking_io;
 use super::group_commit;
 use super::marks::WriterRange;
 use super::metadata_cache::cache_key;
 use super::metadata_json::{self, Refs, Written};
 use super::store::Flip;
 use super::{RedbCatalog, marks};
+use crate::storage::blocking::run_blocking_io;
 
 /// A pause of a catalog's commits ([`RedbCatalog::pause_commits`]); dropping it resumes
 /// them, committing everything queued meanwhile as one batch.

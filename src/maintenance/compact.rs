@@ -236,7 +236,7 @@ async fn rewrite_run(
             Error::new(ErrorKind::Unexpected, "compaction read task failed").with_source(e)
         })??;
         let (name, schema, target) = (name.clone(), schema.clone(), target.clone());
-        encoder = tokio::task::spawn_blocking(move || {
+        encoder = crate::storage::blocking::run_blocking(move || {
             read_into(
                 &bytes,
                 &name,

@@ -44,9 +44,10 @@ use super::manifests::{
     as_listed, as_read, entry_as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
 };
 use super::schema_change::{SchemaChange, evolved_handle};
+use crate::catalog::RedbCatalog;
 use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
-use crate::catalog::{RedbCatalog, run_blocking_io};
 use crate::catalog::{Stage, Staged, TableChange, WriterRange};
+use crate::storage::blocking::run_blocking_io;
 
 /// One table's part of an [`Append`]: the data files it appends (in write order; they
 /// become ONE snapshot) and the schema change it makes current with them, if any.

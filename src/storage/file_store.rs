@@ -248,7 +248,7 @@ impl FileStore {
     /// local filesystem; an object store has no directories, so nothing is done there.
     pub(crate) async fn remove_empty_dirs(&self, dirs: Vec<PathBuf>) {
         if let Self::Local = self {
-            let _ = tokio::task::spawn_blocking(move || {
+            let _ = super::blocking::run_blocking(move || {
                 for dir in &dirs {
                     remove_empty_dirs(dir);
                 }
@@ -270,11 +270,11 @@ fn remove_empty_dirs(dir: &Path) {
     let _ = std::fs::remove_dir(dir);
 }
 
-/// Runs blocking filesystem work off the async workers.
+/// Runs blocking filesystem work off the async workers ([`super::blocking`]).
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, StorageError> {
-    tokio::task::spawn_blocking(f)
+    super::blocking::run_blocking(f)
         .await
         .map_err(|e| StorageError::Io {
             what: "run the file task for",

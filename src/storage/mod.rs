@@ -3,6 +3,7 @@
 //! OpenDAL. Shaped like iceberg-rust's `io/storage`: the catalog, the write path and
 //! table maintenance decide *what* to write or remove; this module alone knows *how*.
 //!
+//! - [`blocking`]: blocking work off the async runtime (one way for the crate).
 //! - [`local`]: iceberg's local-filesystem storage without its per-file fsync (every
 //!   commit's `syncfs` makes the files durable instead).
 //! - [`durable`]: that `syncfs` of a local warehouse before a pointer flip.
@@ -19,6 +20,7 @@
 //!
 //! Failures are [`StorageError`]s naming the operation and the file or object.
 
+pub mod blocking;
 pub mod durable;
 mod error;
 pub(crate) mod file_store;

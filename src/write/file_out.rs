@@ -8,6 +8,7 @@
 //! the largest part of the memory a put held beyond its budget (`docs/performance.md`,
 //! "Memory").
 
+use crate::storage::blocking::{block_on_here, run_blocking};
 use std::io::Write;
 
 use bytes::Bytes;
@@ -56,7 +57,7 @@ pub async fn finish_and_write(
     };
     let output = table.file_io().new_output(&path).map_err(storage)?;
     let writer = output.writer().await.map_err(storage)?;
-    let finished = tokio::task::spawn_blocking(move || {
+    let finished = run_blocking(move || {
         let mut out = Segments {
             writer,
             pending: Vec::new(),
@@ -65,7 +66,7 @@ pub async fn finish_and_write(
         let finished = encoder.finish_into(&mut out);
         let closed = match (&finished, out.failed.take()) {
             (_, Some(failed)) => Err(failed),
-            (Ok(_), None) => futures::executor::block_on(out.writer.close()),
+            (Ok(_), None) => block_on_here(out.writer.close()),
             (Err(_), None) => Ok(()),
         };
         (finished, closed)
@@ -123,7 +124,7 @@ impl Segments {
     }
 
     fn write_segment(&mut self, segment: Bytes) -> std::io::Result<()> {
-        match futures::executor::block_on(self.writer.write(segment)) {
+        match block_on_here(self.writer.write(segment)) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let message = e.to_string();

@@ -3,6 +3,7 @@
 //! runs `evolve::commit_append` through the catalog's commit driver) and the
 //! single-commit lanes ([`ingest_parallel`], [`append`]).
 
+use crate::storage::blocking::run_blocking_io;
 use std::collections::HashMap;
 
 use arrow_array::RecordBatch;
@@ -77,7 +78,7 @@ pub async fn encode(
     groups: Vec<Vec<RecordBatch>>,
 ) -> Result<Vec<EncodedFile>, WriteError> {
     let owned = table.clone();
-    tokio::task::spawn_blocking(move || encode_groups(&owned, groups))
+    crate::storage::blocking::run_blocking(move || encode_groups(&owned, groups))
         .await
         .map_err(|e| WriteError::Task {
             table: table.identifier().to_string(),
@@ -174,14 +175,8 @@ pub async fn write_file(
     let bytes = file.bytes;
     let partition = file.partition;
     // Local storage writes with blocking std::fs calls: keep them off the runtime.
-    tokio::task::spawn_blocking(move || futures::executor::block_on(output.write(bytes)))
+    run_blocking_io(async move { output.write(bytes).await })
         .await
-        .map_err(|e| {
-            storage(iceberg::Error::new(
-                iceberg::ErrorKind::Unexpected,
-                format!("write task failed: {e}"),
-            ))
-        })?
         .map_err(storage)?;
     let mut builder = file.data_file;
     builder

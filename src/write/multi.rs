@@ -44,7 +44,7 @@ pub async fn encode_and_write_files(
     let target = table_arrow_schema(table)?;
     let options = ConformOptions::for_table(table);
     let name = table.identifier().to_string();
-    let conformed = tokio::task::spawn_blocking(move || {
+    let conformed = crate::storage::blocking::run_blocking(move || {
         groups
             .into_iter()
             .map(|group| {

@@ -256,7 +256,7 @@ impl Store for PgStore {
 /// The sync's error, naming the warehouse.
 pub(super) async fn sync_off_runtime(warehouse: &Path) -> Result<()> {
     let warehouse = warehouse.to_path_buf();
-    tokio::task::spawn_blocking(move || {
+    crate::storage::blocking::run_blocking(move || {
         durable::sync_warehouse(&warehouse).map_err(|e| io_error("sync warehouse", &warehouse, e))
     })
     .await

@@ -18,13 +18,13 @@ use redb::{
 };
 
 use super::{BatchError, Flip, Store, StoreKind, location_taken};
-use crate::catalog::blocking::blocking;
 use crate::catalog::commit::{COMMIT_POLICY, CommitPolicy};
 use crate::catalog::counters::Counters;
 use crate::catalog::error::{
     io_error, namespace_not_found, redb_error, table_exists, table_not_found,
 };
 use crate::catalog::marks::WriterMark;
+use crate::storage::blocking::run_blocking;
 use crate::storage::durable;
 use crate::storage::file_store::FileStore;
 
@@ -77,13 +77,14 @@ impl RedbStore {
         F: FnOnce(&WriteTransaction) -> Result<T> + Send + 'static,
     {
         let db = self.db.clone();
-        blocking(move || {
+        run_blocking(move || {
             let txn = db.begin_write().map_err(redb_error)?;
             let out = f(&txn)?;
             txn.commit().map_err(redb_error)?;
             Ok(out)
         })
         .await
+        .map_err(task_failed)?
     }
 
     /// Runs a read transaction on the blocking pool.
@@ -93,12 +94,18 @@ impl RedbStore {
         F: FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
     {
         let db = self.db.clone();
-        blocking(move || {
+        run_blocking(move || {
             let txn = db.begin_read().map_err(redb_error)?;
             f(&txn)
         })
         .await
+        .map_err(task_failed)?
     }
+}
+
+/// The error of a redb task that did not run to its end.
+fn task_failed(e: tokio::task::JoinError) -> Error {
+    Error::new(ErrorKind::Unexpected, "catalog task failed").with_source(e)
 }
 
 /// Creates the claims table when absent; the tables the file already holds then get a
@@ -558,10 +565,11 @@ impl Store for RedbStore {
         let db = self.db.clone();
         let releases: Vec<Vec<Flip>> = releases.iter().map(|r| r.to_vec()).collect();
         let sync = sync.map(Path::to_path_buf);
-        let (outcomes, committed) =
-            tokio::task::spawn_blocking(move || batch::commit(&db, &releases, sync.as_deref()))
-                .await
-                .map_err(|_| BatchError::Panicked)??;
+        let (outcomes, committed) = crate::storage::blocking::run_blocking(move || {
+            batch::commit(&db, &releases, sync.as_deref())
+        })
+        .await
+        .map_err(|_| BatchError::Panicked)??;
         if let Some(synced) = committed {
             if synced {
                 counters.record_sync();

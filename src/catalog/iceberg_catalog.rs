@@ -104,7 +104,9 @@ impl Catalog for RedbCatalog {
         if self.table_exists(&ident).await? {
             return Err(table_exists(&ident));
         }
-        // The same table `plan_table` describes, written and inserted now.
+        // The same table `plan_table` describes, written and inserted now: a DDL write of
+        // the store, not a data commit (the design notes count data commits only,
+        // `docs/design/ingest_multi.md` §f4), under the same location rules and claim.
         let table = self.plan_table(&ident, creation).await?;
         let metadata_location = table.metadata_location_result()?.to_string();
         let at = MetadataLocation::from_str(&metadata_location)?;
