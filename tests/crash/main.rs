@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! SKADE_CRASH_KILLS=3 cargo test --test crash -- --ignored --nocapture
-//! SKADE_CRASH_KILLS=60 cargo test --release --test crash -- --ignored --nocapture  # long
+//! SKADE_CRASH_KILLS=60 cargo test --release --features fault-injection --test crash -- --ignored --nocapture  # long
 //! ```
 //!
 //! Environment: `SKADE_CRASH_KILLS` (default 3), `SKADE_CRASH_SEED` (default: the clock;
