@@ -348,11 +348,6 @@ pub async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T 
         .expect("timed out")
 }
 
-pub use futures::StreamExt as _;
-pub fn _unused() {
-    let _ = StreamExt::boxed(futures::stream::empty::<()>());
-}
-
 /// A TCP relay to `target` on 127.0.0.1:0. Aborting the returned task closes every relayed
 /// connection at once — to the server it looks like a client process that was killed.
 pub async fn relay(
@@ -491,7 +486,10 @@ pub fn status_of(err: arrow_flight::error::FlightError) -> (tonic::Code, String)
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read, released).
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound, read, released): only for
+/// what must know a port before a process binds it (a second server on the same ports,
+/// an endpoint nothing listens on). A server the fixture starts binds port 0 instead and
+/// says what it bound ([`Binary::serve`]).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -499,8 +497,9 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// The real `skade` binary, started by [`Binary::serve`] with JSON logs on free loopback
-/// ports; its stderr lines are collected until it exits.
+/// The real `skade` binary, started by [`Binary::serve`] with JSON logs on loopback
+/// port 0 (the addresses it bound read back from its "serving" event); its stderr lines
+/// are collected until it exits.
 pub struct Binary {
     pub child: std::process::Child,
     pub flight: std::net::SocketAddr,
@@ -509,16 +508,20 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// `skade serve --log-format json` on `data_dir` with `RUST_LOG=rust_log` and `extra`
-    /// flags; waits until `/healthz` answers.
+    /// `skade serve --log-format json` on `data_dir` with `RUST_LOG=rust_log` (which must
+    /// let `skade`'s info events through) and `extra` flags; waits until `/healthz`
+    /// answers.
     pub async fn serve(data_dir: &Path, rust_log: &str, extra: &[&str]) -> Self {
         use std::io::BufRead;
-        let (flight, metrics) = (free_port(), free_port());
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skade"))
             .args(["serve", "--log-format", "json", "--data-dir"])
             .arg(data_dir)
-            .args(["--flight-addr", &format!("127.0.0.1:{flight}")])
-            .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
+            .args([
+                "--flight-addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
             .args(extra)
             .env("RUST_LOG", rust_log)
             .stdout(std::process::Stdio::null())
@@ -526,16 +529,35 @@ impl Binary {
             .spawn()
             .expect("spawn skade");
         let stderr = child.stderr.take().expect("stderr");
+        let (serving, bound) = std::sync::mpsc::channel();
         let lines = std::thread::spawn(move || {
-            std::io::BufReader::new(stderr)
+            let mut lines = Vec::new();
+            for line in std::io::BufReader::new(stderr)
                 .lines()
                 .map_while(Result::ok)
-                .collect::<Vec<_>>()
+            {
+                if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line)
+                    && message_of(&event) == "serving"
+                {
+                    let addr = |key: &str| event[key].as_str().map(str::to_string);
+                    let _ = serving.send((addr("flight_addr"), addr("metrics_addr")));
+                }
+                lines.push(line);
+            }
+            lines
         });
+        let (flight, metrics) = bound
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the server's serving event");
+        let parse = |addr: Option<String>| -> std::net::SocketAddr {
+            addr.expect("a bound address")
+                .parse()
+                .expect("a socket address")
+        };
         let binary = Self {
             child,
-            flight: ([127, 0, 0, 1], flight).into(),
-            metrics: ([127, 0, 0, 1], metrics).into(),
+            flight: parse(flight),
+            metrics: parse(metrics),
             lines: Some(lines),
         };
         binary.wait_healthy().await;
