@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// skade: Arrow Flight in, Apache Iceberg tables out, one embedded redb catalog.
+/// skade: Arrow Flight in, Apache Iceberg tables out, through an embedded redb catalog or a
+/// shared PostgreSQL one.
 #[derive(Debug, Parser)]
 #[command(name = "skade", version, about)]
 pub struct Cli {

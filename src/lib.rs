@@ -1,5 +1,7 @@
-//! skade: an Arrow Flight (gRPC) service that turns streams of Arrow record batches into
-//! Apache Iceberg tables, with an embedded redb catalog as its single durability point.
+//! skade: an Arrow Flight (gRPC) and Flight SQL service that turns streams of Arrow record
+//! batches into Apache Iceberg tables, committed through its catalog — an embedded redb
+//! file, or a PostgreSQL database in the Iceberg JDBC catalog's schema shared by several
+//! instances — which it also serves as an Iceberg REST catalog.
 //!
 //! [`start`] runs the whole service in-process (the tests do this); `main.rs` only parses
 //! the command line and calls [`run`]. The contract is `docs/SERVICE.md`.
