@@ -939,7 +939,7 @@ mod tests {
         let ident = TableIdent::new(NamespaceIdent::new("ns".into()), "t".into());
         let table = catalog.plan_table(&ident, creation).await.expect("plan");
         catalog
-            .atomic_release(vec![Release::Create {
+            .atomic_release_raw(vec![Release::Create {
                 table,
                 requirements: Vec::new(),
                 updates: Vec::new(),

@@ -178,7 +178,7 @@ async fn release_latency() {
             });
         }
         let started = Instant::now();
-        let (advanced, _) = write::commit_staged(&catalog, staged)
+        let (advanced, _) = write::ingest_multi_commit(&catalog, staged, None)
             .await
             .expect("8-table release");
         eight_lat.push(started.elapsed().as_secs_f64());

@@ -15,7 +15,7 @@
 //!    partition spec the data files were split by;
 //! 4. run the caller's stage ([`super::Stage`], a producer of `crate::snapshot`) on the tables as they stand —
 //!    the only part that differs between callers;
-//! 5. release everything in ONE [`RedbCatalog::atomic_release`] (one redb write
+//! 5. release everything in ONE [`RedbCatalog::atomic_release_raw`] (one redb write
 //!    transaction, group-committed), built on the tables as loaded in 2
 //!    ([`Release::AdvanceLoaded`]: the release reads no pointer again; its
 //!    compare-and-swap catches one moved since);
@@ -380,7 +380,7 @@ impl RedbCatalog {
     /// - `CatalogCommitConflicts`, not retryable, when a data commit's table changed its
     ///   default partition spec;
     /// - the stage's error, unretried;
-    /// - the release's error ([`Self::atomic_release`]): a retryable conflict that
+    /// - the release's error ([`Self::atomic_release_raw`]): a retryable conflict that
     ///   outlasted the policy ([`CommitPolicy::of`]), `TableAlreadyExists`,
     ///   `PreconditionFailed` (a producer's mark), or a storage failure;
     /// - `Unexpected` when `turns` does not cover every target (a caller's bug).
@@ -435,7 +435,7 @@ impl RedbCatalog {
                 });
             };
             let batch = release_of(targets, current, changes)?;
-            let error = match self.atomic_release(batch).await {
+            let error = match self.atomic_release_raw(batch).await {
                 Ok(tables) => return Ok(Outcome::Committed(tables, out)),
                 Err(e) => e,
             };

@@ -19,7 +19,7 @@ static REDB_COMMITS: AtomicU64 = AtomicU64::new(0);
 /// count one together, so under contention this is less than the number of commits.
 /// DDL through [`iceberg::Catalog`]'s own methods (namespace/table create, drop, rename,
 /// register) does not count; the REST catalog's table creates and metadata commits go
-/// through [`RedbCatalog::atomic_release`] and count as commits.
+/// through [`RedbCatalog::atomic_release_raw`] and count as commits.
 pub fn redb_commit_count() -> u64 {
     REDB_COMMITS.load(Ordering::Relaxed)
 }

@@ -23,7 +23,7 @@
 //! (every table, pointers, marks); `commit.rs` the one commit driver every commit of
 //! this process runs ([`RedbCatalog::commit`]: the table's commit turn, the table as it
 //! stands, the caller's stage, the release, the conflict policy); `release.rs` the
-//! release under it ([`RedbCatalog::atomic_release`]); `group_commit.rs` the shared
+//! release under it ([`RedbCatalog::atomic_release_raw`]); `group_commit.rs` the shared
 //! transaction; `locations.rs` where a new table goes and which locations cleanup may
 //! sweep; `shared.rs` what instances sharing a store ask of each other; `counters.rs`
 //! the commit counts; `error.rs` the catalog's errors; `blocking.rs` running blocking

@@ -35,7 +35,7 @@ pub struct CommitPause {
 /// its base must still meet, and the updates to apply.
 pub type ReleaseEntry = (TableIdent, Vec<TableRequirement>, Vec<TableUpdate>);
 
-/// One table's part in [`RedbCatalog::atomic_release`].
+/// One table's part in [`RedbCatalog::atomic_release_raw`].
 #[derive(Debug)]
 pub enum Release {
     /// Advance an existing table: its identifier, the requirements its current metadata
@@ -92,38 +92,40 @@ pub(super) struct PreparedCommit {
     written: Option<Arc<Written>>,
 }
 
+impl From<ReleaseEntry> for Release {
+    fn from(entry: ReleaseEntry) -> Self {
+        Self::Advance(entry)
+    }
+}
+
 impl RedbCatalog {
-    /// Commits N tables' updates in ONE redb write transaction (one fsync): every table
-    /// advances or none does.
+    /// Commits N tables' updates in ONE transaction of the store (one fsync): every table
+    /// advances or none does. What every commit of this process ends in (the commit
+    /// driver releases its stage's changes here).
     ///
     /// Each entry's requirements are checked against its table's current metadata and its
     /// updates applied; the new metadata JSON files are written (all tables at once), the
-    /// warehouse synced, then one write transaction compare-and-swaps every pointer —
-    /// shared with concurrent commits (group commit), which cannot make this release
-    /// partial. Returns the advanced tables in input order. An empty batch does no redb
-    /// write and returns `[]`.
+    /// warehouse synced, then one transaction compare-and-swaps every pointer — shared
+    /// with concurrent commits (group commit), which cannot make this release partial.
+    /// An entry is a [`ReleaseEntry`] `(ident, requirements, updates)` (the design notes'
+    /// form) or any [`Release`]: a [`Release::Create`] inserts its table's pointer (and any
+    /// missing namespace level) in the same transaction, so a multi-table flush into new
+    /// tables is all or nothing too. Returns the tables in input order. An empty batch
+    /// writes nothing and returns `[]`.
     ///
     /// # Errors
     /// - `DataInvalid` when an identifier appears twice — rejected before anything is
     ///   written, since both entries would build on the same base and one would be lost
     ///   (`docs/design/ingest_multi.md` §f1, "Distinct idents per batch").
     /// - `TableNotFound` for an unknown table; `CatalogCommitConflicts` (retryable) when a
-    ///   requirement fails or a pointer moved after it was read. Nothing is committed; the
-    ///   metadata files already written are orphans.
-    pub async fn atomic_release_raw(&self, batch: Vec<ReleaseEntry>) -> Result<Vec<Table>> {
-        self.atomic_release(batch.into_iter().map(Release::Advance).collect())
-            .await
-    }
-
-    /// [`Self::atomic_release_raw`] that may also create tables: every [`Release::Create`]
-    /// inserts its table's pointer (and any missing namespace level) in the same redb
-    /// write transaction that advances the others, so a multi-table flush into new tables
-    /// is all or nothing too — a rolled back or failed flush leaves no empty table behind.
-    ///
-    /// # Errors
-    /// As [`Self::atomic_release_raw`]; in addition `TableAlreadyExists` (not retryable)
-    /// when a table to create exists by the time the pointers flip. Nothing is committed.
-    pub async fn atomic_release(&self, batch: Vec<Release>) -> Result<Vec<Table>> {
+    ///   requirement fails or a pointer moved after it was read; `TableAlreadyExists`
+    ///   (not retryable) when a table to create exists by the time the pointers flip.
+    ///   Nothing is committed; the metadata files already written are orphans.
+    pub async fn atomic_release_raw<R: Into<Release>>(
+        &self,
+        batch: impl IntoIterator<Item = R>,
+    ) -> Result<Vec<Table>> {
+        let batch: Vec<Release> = batch.into_iter().map(Into::into).collect();
         let mut seen = HashSet::new();
         for entry in &batch {
             let ident = match entry {

@@ -4,7 +4,7 @@
 //! A transaction holds, per table, data files already encoded and written (so memory stays
 //! bounded) and not yet visible. `EndTransaction(COMMIT)` makes every table's files ONE
 //! snapshot of that table, all tables in ONE redb write transaction
-//! ([`write::commit_staged_with`], which each table's `Staged::part` is handed to);
+//! ([`write::ingest_multi_commit`], which each table's `Staged::part` is handed to);
 //! rollback, the idle timeout, a failed ingest or `CloseSession`
 //! make nothing visible and delete the staged files (best effort).
 //!
@@ -90,7 +90,7 @@ impl std::fmt::Display for Outcome {
 /// needs of the table until then.
 #[derive(Debug)]
 pub(crate) struct Staged {
-    /// What the commit takes ([`write::commit_staged_with`]): the table's base handle (its
+    /// What the commit takes ([`write::ingest_multi_commit`]): the table's base handle (its
     /// planned handle when the commit creates it), the files written and not yet visible
     /// in write order, and the schema this transaction's ingests evolved the table to
     /// (committed with the files), when the table opted in.
@@ -197,7 +197,7 @@ impl TxnState {
         // A copy: a failed commit's files are still the transaction's to discard.
         let staged: Vec<StagedTable> = self.tables.iter().map(|s| s.part.clone()).collect();
         let started = Instant::now();
-        match write::commit_staged_with(&svc.catalog, staged, mark).await {
+        match write::ingest_multi_commit(&svc.catalog, staged, mark).await {
             Ok((tables, stats)) => {
                 if stats.commits > 0 {
                     self.record_committed(svc, lane, &tables, &stats, started.elapsed());

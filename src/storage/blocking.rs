@@ -50,10 +50,14 @@ where
 }
 
 /// Drives `io` to its end from a thread of the blocking pool (inside [`run_blocking`]),
-/// with the runtime's timers and I/O at hand.
+/// with the runtime's timers and I/O at hand; on a thread outside any runtime, on that
+/// thread alone.
 ///
 /// # Panics
-/// When called outside a tokio runtime's context, or from one of its async workers.
+/// When called from one of a runtime's async workers (it would block it).
 pub fn block_on_here<F: Future>(io: F) -> F::Output {
-    tokio::runtime::Handle::current().block_on(io)
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.block_on(io),
+        Err(_) => futures::executor::block_on(io),
+    }
 }

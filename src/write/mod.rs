@@ -8,7 +8,7 @@
 //!   [`crate::snapshot::append::Append`], through the catalog's commit driver
 //!   [`crate::catalog::RedbCatalog::commit`]).
 //! - **Lane 2** (Flight SQL ingest): the same [`Batcher`], each full file written at once
-//!   ([`StageFiles`]); the transaction's COMMIT runs [`commit_staged`], the commit half of
+//!   ([`StageFiles`]); the transaction's COMMIT runs [`ingest_multi_commit`], the commit half of
 //!   [`ingest_multi`]: a merge append per table, every table in ONE redb write transaction
 //!   (one run of the commit driver over every table, creating those the transaction
 //!   made).
@@ -43,7 +43,7 @@
 //!
 //! The snapshots these lanes commit are built in [`crate::snapshot`].
 //! - [`pipeline`]: multi-commit lanes, serial and overlapped (`ingest_pipelined*`).
-//! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `commit_staged`).
+//! - [`multi`]: one redb transaction for many tables (`ingest_multi`, `ingest_multi_commit`).
 //! - [`budget`]: the shared memory budget for rows in flight.
 
 pub mod batcher;
@@ -74,9 +74,7 @@ pub use ingest::{
     FileNames, IngestStats, append, commit_files, commit_files_with, encode, ingest_parallel,
     write_file, write_files,
 };
-pub use multi::{
-    StagedTable, commit_staged, commit_staged_with, encode_and_write_files, ingest_multi,
-};
+pub use multi::{StagedTable, encode_and_write_files, ingest_multi, ingest_multi_commit};
 pub use parallel::FileEncoder;
 pub use partition::{PartitionTuple, Partitioner, unpartitioned};
 pub use pipeline::{
@@ -162,7 +160,7 @@ pub enum WriteError {
 }
 
 impl WriteError {
-    /// Whether this failure of a multi-table commit ([`commit_staged`]) certainly left
+    /// Whether this failure of a multi-table commit ([`ingest_multi_commit`]) certainly left
     /// the catalog untouched — a conflict, a table created or dropped meanwhile, a
     /// rejected update, a repeated table — so the staged files can be deleted. Any other
     /// failure (e.g. storage during the redb transaction) may have committed; its files

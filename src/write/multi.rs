@@ -1,7 +1,7 @@
 //! Lane 2, the atomic multi-table flush (`docs/design/ingest_multi.md`).
 //!
 //! [`encode_and_write_files`] is the encode + write half of `ingest_parallel` (the same
-//! [`encode`] and [`write_files`], so the files are byte-identical); [`commit_staged`]
+//! [`encode`] and [`write_files`], so the files are byte-identical); [`ingest_multi_commit`]
 //! stages one merge append per table and releases them all through ONE run of the
 //! catalog's commit driver ([`RedbCatalog::commit`]) — one redb write transaction, one
 //! fsync, every table advanced by exactly one snapshot or none. [`ingest_multi`] puts the two together.
@@ -81,10 +81,13 @@ pub struct StagedTable {
 }
 
 /// The commit half of [`ingest_multi`], and what Lane 2's COMMIT runs: commits every
-/// staged table in ONE redb write transaction: one merge append (one new snapshot) per
-/// table that has files, and the pointer of every table created. A table that is
-/// neither created nor given files is skipped; when all are skipped nothing is written
-/// at all and `commits` is 0, else `commits` is 1.
+/// staged table in ONE transaction of the catalog's store
+/// ([`RedbCatalog::atomic_release_raw`] under the commit driver): one merge append (one
+/// new snapshot) per table that has files, and the pointer of every table created,
+/// advancing `mark` (a Flight SQL transaction's writer id and sequence, `catalog::marks`)
+/// in every table it appends to. A table that is neither created nor given files is
+/// skipped; when all are skipped nothing is written at all and `commits` is 0, else
+/// `commits` is 1.
 ///
 /// Runs the catalog's commit driver ([`RedbCatalog::commit`]) over every table at once:
 /// this process's commit turn on each, the appends staged on the tables as they stand
@@ -98,28 +101,12 @@ pub struct StagedTable {
 /// [`WriteError::RepeatedTable`] when a table appears twice (before anything is written);
 /// [`WriteError::Catalog`] for a failed stage, a conflict that outlasted the retries
 /// (`CatalogCommitConflicts`), a table to create that now exists (`TableAlreadyExists`),
-/// or a storage failure. Nothing is committed then.
+/// the writer having committed that sequence to one of the tables already
+/// (`PreconditionFailed`), or a storage failure. Nothing is committed then.
 ///
 /// # Cancel safety
-/// Dropping the future before the redb transaction commits commits nothing.
-pub async fn commit_staged(
-    catalog: &RedbCatalog,
-    staged: Vec<StagedTable>,
-) -> Result<(Vec<Table>, IngestStats), WriteError> {
-    commit_staged_with(catalog, staged, None).await
-}
-
-/// [`commit_staged`] advancing a producer's high-water mark (`mark`: a Flight SQL
-/// transaction's writer id and sequence) of every table it appends to, in the same
-/// transaction (`catalog::marks`).
-///
-/// # Errors
-/// As [`commit_staged`]; `PreconditionFailed` (not retryable, nothing committed) when the
-/// writer already committed that sequence to one of the tables.
-///
-/// # Cancel safety
-/// As [`commit_staged`].
-pub async fn commit_staged_with(
+/// Dropping the future before the transaction commits commits nothing.
+pub async fn ingest_multi_commit(
     catalog: &RedbCatalog,
     staged: Vec<StagedTable>,
     mark: Option<WriterRange>,
@@ -179,7 +166,7 @@ pub async fn commit_staged_with(
 ///
 /// # Errors
 /// [`WriteError::RepeatedTable`] when a table appears twice, before any encode; otherwise
-/// the first failure of encode, write, stage or release (see [`commit_staged`], which
+/// the first failure of encode, write, stage or release (see [`ingest_multi_commit`], which
 /// re-stages under the catalog's commit policy on a conflict). Any failure commits nothing:
 /// no table advances; files already written are orphans.
 ///
@@ -202,7 +189,7 @@ pub async fn ingest_multi(
             schema_change: None,
         });
     }
-    commit_staged(catalog, staged).await
+    ingest_multi_commit(catalog, staged, None).await
 }
 
 /// [`WriteError::RepeatedTable`] for the first table that appears twice.

@@ -204,7 +204,8 @@ async fn repeated_ident_and_empty_batch_write_nothing() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DataInvalid);
     assert!(err.to_string().contains("ns.x"), "{err}");
-    assert!(c.atomic_release_raw(Vec::new()).await.unwrap().is_empty());
+    let empty: Vec<skade::catalog::ReleaseEntry> = Vec::new();
+    assert!(c.atomic_release_raw(empty).await.unwrap().is_empty());
     assert_eq!(c.commit_count(), 0);
     assert_eq!(snapshots(c, "x").await, 0);
 }

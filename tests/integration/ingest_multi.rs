@@ -370,7 +370,9 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
     )
     .await
     .unwrap();
-    let err = write::commit_staged(&f.catalog, staged).await.unwrap_err();
+    let err = write::ingest_multi_commit(&f.catalog, staged, None)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("created concurrently"), "{err}");
     assert!(!f.catalog.table_exists(&fresh("t1")).await.unwrap());
     assert_eq!(f.catalog.commit_count(), 0);
@@ -397,7 +399,9 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
         stage(t3.clone(), groups_for(&t3, 1)).await,
         stage(t4.clone(), vec![]).await,
     ];
-    let (tables, stats) = write::commit_staged(&f.catalog, staged).await.unwrap();
+    let (tables, stats) = write::ingest_multi_commit(&f.catalog, staged, None)
+        .await
+        .unwrap();
     assert_eq!(stats.commits, 1);
     assert_eq!(stats.rows, 1500);
     assert_eq!(f.catalog.commit_count(), 1);
