@@ -286,31 +286,9 @@ async fn collect_from(
             .map_err(table_error)?;
         loaded.push(table);
     }
-    // Only the locations tables own are listed (`catalog::locations`): the files of
-    // every other stay.
-    let ownership = catalog
-        .ownership(&loaded)
+    let (locations, left_alone) = owned_locations(catalog, store, &loaded)
         .await
         .map_err(|e| GcError::Database(Box::new(e)))?;
-    let mut locations = Vec::new();
-    let mut left_alone = Vec::new();
-    for (table, ownership) in loaded.iter().zip(ownership) {
-        if ownership != Ownership::Owned {
-            info!(
-                table = %table.identifier(),
-                location = table.metadata().location(),
-                reason = ownership.skipped_reason().unwrap_or_default(),
-                "gc leaves this table's location alone: it is not the table's own"
-            );
-            left_alone.push(table.identifier().to_string());
-            continue;
-        }
-        if let Some(location) = store.path_of(table.metadata().location())
-            && !locations.contains(&location)
-        {
-            locations.push(location);
-        }
-    }
 
     let mut report = GcReport {
         tables: tables.len(),
@@ -344,6 +322,39 @@ async fn collect_from(
         }
     );
     Ok(report)
+}
+
+/// The locations of `tables` that gc may list ([`Ownership::Owned`], distinct), and the
+/// names of the tables whose locations it leaves alone (each logged).
+///
+/// # Errors
+/// The catalog store's error reading the claims.
+async fn owned_locations(
+    catalog: &RedbCatalog,
+    store: &FileStore,
+    tables: &[Table],
+) -> iceberg::Result<(Vec<PathBuf>, Vec<String>)> {
+    let ownership = catalog.ownership(tables).await?;
+    let mut locations = Vec::new();
+    let mut left_alone = Vec::new();
+    for (table, ownership) in tables.iter().zip(ownership) {
+        if ownership != Ownership::Owned {
+            info!(
+                table = %table.identifier(),
+                location = table.metadata().location(),
+                reason = ownership.skipped_reason().unwrap_or_default(),
+                "gc leaves this table's location alone: it is not the table's own"
+            );
+            left_alone.push(table.identifier().to_string());
+            continue;
+        }
+        if let Some(location) = store.path_of(table.metadata().location())
+            && !locations.contains(&location)
+        {
+            locations.push(location);
+        }
+    }
+    Ok((locations, left_alone))
 }
 
 /// Gathers the files a table's metadata references, remembering what it read: manifest
