@@ -96,8 +96,6 @@ pub fn storage_fields(parent: &str, fields: &Fields) -> Result<Fields, ColumnErr
 ///
 /// # Errors
 /// [`ColumnError`] naming `path` (or a nested path), the Arrow type, and what to send.
-// Long on purpose: one match arm per Arrow type, so the whole mapping (and every
-// refusal's wording) reads in one place, in the order of the README's table.
 pub fn storage_type(path: &str, data_type: &DataType) -> Result<DataType, ColumnError> {
     use DataType as D;
     let refuse = |why: &str| Err(ColumnError::new(path, format!("{data_type} {why}")));
@@ -144,14 +142,7 @@ pub fn storage_type(path: &str, data_type: &DataType) -> Result<DataType, Column
         | D::LargeList(element)
         | D::FixedSizeList(element, _)
         | D::ListView(element)
-        | D::LargeListView(element) => {
-            let element_type = storage_type(&child_path(path, "element"), element.data_type())?;
-            D::List(Arc::new(Field::new(
-                element.name(),
-                element_type,
-                element.is_nullable(),
-            )))
-        }
+        | D::LargeListView(element) => list_storage_type(path, element)?,
         D::Struct(fields) if fields.is_empty() => {
             return refuse(
                 "is a struct without fields, which Parquet cannot store: drop the column or \
@@ -159,24 +150,7 @@ pub fn storage_type(path: &str, data_type: &DataType) -> Result<DataType, Column
             );
         }
         D::Struct(fields) => D::Struct(storage_fields(path, fields)?),
-        D::Map(entries, sorted) => {
-            let D::Struct(kv) = entries.data_type() else {
-                return refuse("is a map whose entries are not a struct: send a valid map");
-            };
-            let [key, value] = kv.iter().collect::<Vec<_>>()[..] else {
-                return refuse("is a map whose entries are not (key, value): send a valid map");
-            };
-            let key_type = storage_type(&child_path(path, "key"), key.data_type())?;
-            let value_type = storage_type(&child_path(path, "value"), value.data_type())?;
-            let kv = Fields::from(vec![
-                Field::new(key.name(), key_type, false),
-                Field::new(value.name(), value_type, value.is_nullable()),
-            ]);
-            D::Map(
-                Arc::new(Field::new(entries.name(), D::Struct(kv), false)),
-                *sorted,
-            )
-        }
+        D::Map(entries, sorted) => map_storage_type(path, data_type, entries, *sorted)?,
         D::Null => {
             return refuse(
                 "has no values to take a type from (all nulls, no type): send the column's \
@@ -196,6 +170,51 @@ pub fn storage_type(path: &str, data_type: &DataType) -> Result<DataType, Column
             return refuse("has no Iceberg type: send one nullable column per variant");
         }
     })
+}
+
+/// The storage type of a list column at `path` of `element`s: Arrow `List` of the
+/// element's storage type (every list layout becomes one).
+///
+/// # Errors
+/// The element's [`ColumnError`].
+fn list_storage_type(path: &str, element: &Field) -> Result<DataType, ColumnError> {
+    let element_type = storage_type(&child_path(path, "element"), element.data_type())?;
+    Ok(DataType::List(Arc::new(Field::new(
+        element.name(),
+        element_type,
+        element.is_nullable(),
+    ))))
+}
+
+/// The storage type of a map column at `path` (`data_type`, of `entries`): its key and
+/// value in their storage types, the key required.
+///
+/// # Errors
+/// [`ColumnError`] for entries that are not a `(key, value)` struct, or the key's or
+/// value's own.
+fn map_storage_type(
+    path: &str,
+    data_type: &DataType,
+    entries: &Field,
+    sorted: bool,
+) -> Result<DataType, ColumnError> {
+    let refuse = |why: &str| Err(ColumnError::new(path, format!("{data_type} {why}")));
+    let DataType::Struct(kv) = entries.data_type() else {
+        return refuse("is a map whose entries are not a struct: send a valid map");
+    };
+    let [key, value] = kv.iter().collect::<Vec<_>>()[..] else {
+        return refuse("is a map whose entries are not (key, value): send a valid map");
+    };
+    let key_type = storage_type(&child_path(path, "key"), key.data_type())?;
+    let value_type = storage_type(&child_path(path, "value"), value.data_type())?;
+    let kv = Fields::from(vec![
+        Field::new(key.name(), key_type, false),
+        Field::new(value.name(), value_type, value.is_nullable()),
+    ]);
+    Ok(DataType::Map(
+        Arc::new(Field::new(entries.name(), DataType::Struct(kv), false)),
+        sorted,
+    ))
 }
 
 #[cfg(test)]
