@@ -4,7 +4,8 @@
 # an unknown field fails) against the oldest and the newest Kubernetes minor versions
 # maintained upstream, the Prometheus rules with
 # `promtool check rules` and their unit tests with `promtool test rules`
-# (tests/ops/install-prometheus.sh), and the Grafana dashboard as JSON. hadolint and
+# (tests/ops/install-prometheus.sh), the Grafana dashboard as JSON, and the layering of src/
+# (tests/ops/imports.py: no import cycle between files or between rooms). hadolint and
 # kubernetes-validate come from PyPI
 # (tests/ops/requirements.txt) into .venv; no Docker engine or cluster is needed.
 set -euo pipefail
@@ -22,3 +23,4 @@ promtool test rules deploy/prometheus/skade-rules.test.yaml
 echo "promtool: deploy/prometheus rules ok and their unit tests pass"
 .venv/bin/python -m json.tool deploy/grafana/skade-dashboard.json >/dev/null
 echo "deploy/grafana/skade-dashboard.json is JSON"
+python3 tests/ops/imports.py src
