@@ -144,24 +144,30 @@ impl Catalog for RedbCatalog {
     }
 
     /// Removes the table from the catalog; its files stay on disk (and its location
-    /// stays claimed: `locations.rs`).
+    /// stays claimed: `locations.rs`). Waits for the table's commit turn
+    /// ([`RedbCatalog::commit_turns`]), so a commit already under way lands first and
+    /// none is half-way through when the pointer goes.
+    ///
+    /// # Errors
+    /// `TableNotFound`; a store error.
     async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
-        self.metadata.remove(&cache_key(ident));
-        match self.store.drop_pointer(ident, None).await? {
-            true => Ok(()),
-            false => Err(table_not_found(ident)),
-        }
+        let table = self.load_table(ident).await?;
+        let _turns = self.commit_turns([&table]).await;
+        self.drop_pointer_of(ident).await
     }
 
-    /// Drops the table, then removes its files under its location (never elsewhere:
-    /// `purge.rs`).
+    /// Drops the table under its commit turn as [`Catalog::drop_table`] does, then
+    /// removes its files under its location (never elsewhere: `purge.rs`).
     ///
     /// # Errors
     /// `TableNotFound`; after the drop, a manifest that cannot be read or a file that
     /// cannot be removed (the table is gone from the catalog either way).
     async fn purge_table(&self, ident: &TableIdent) -> Result<()> {
         let table = self.load_table(ident).await?;
-        self.drop_table(ident).await?;
+        {
+            let _turns = self.commit_turns([&table]).await;
+            self.drop_pointer_of(ident).await?;
+        }
         purge::purge_files(self, &table).await.map(drop)
     }
 
@@ -173,12 +179,19 @@ impl Catalog for RedbCatalog {
         }
     }
 
-    /// Moves the catalog entry; files stay where they are (the metadata keeps its
+    /// Moves the catalog entry under the table's commit turn (as
+    /// [`Catalog::drop_table`]); files stay where they are (the metadata keeps its
     /// location), as Iceberg catalogs do.
+    ///
+    /// # Errors
+    /// `TableNotFound` for `src`, `NamespaceNotFound` for `dest`'s namespace,
+    /// `TableAlreadyExists` when `dest` is taken; a store error.
     async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
+        let table = self.load_table(src).await?;
         if !self.namespace_exists(dest.namespace()).await? {
             return Err(namespace_not_found(dest.namespace()));
         }
+        let _turns = self.commit_turns([&table]).await;
         self.metadata.remove(&cache_key(src));
         self.store.rename_table(src, dest).await
     }
@@ -212,5 +225,16 @@ impl Catalog for RedbCatalog {
         let target = super::CommitTarget::metadata(&table);
         let mut stage = MetadataUpdate::new(commit.take_requirements(), commit.take_updates());
         self.commit_one(&target, &mut stage).await
+    }
+}
+
+impl RedbCatalog {
+    /// Removes the table's pointer and its cached metadata; the caller holds its turn.
+    async fn drop_pointer_of(&self, ident: &TableIdent) -> Result<()> {
+        self.metadata.remove(&cache_key(ident));
+        match self.store.drop_pointer(ident, None).await? {
+            true => Ok(()),
+            false => Err(table_not_found(ident)),
+        }
     }
 }

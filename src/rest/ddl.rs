@@ -5,9 +5,9 @@
 //!
 //! A table is created through the catalog's commit driver ([`RedbCatalog::commit`] of a
 //! [`CommitTarget::Create`]: compare-and-swap on an absent pointer, the warehouse synced
-//! before the pointer exists). Dropping and renaming take the table's commit turn
-//! ([`RedbCatalog::commit_turns`]) so a commit of this process already under way
-//! finishes first; a put still streaming into the table fails at its commit with
+//! before the pointer exists). Dropping and renaming are the catalog's own
+//! (`iceberg::Catalog::drop_table`, `purge_table`, `rename_table`), which take the table's
+//! commit turn so a commit of this process already under way finishes first; a put still streaming into the table fails at its commit with
 //! `NotFound` naming the table, and never recreates it.
 
 use std::collections::HashMap;
@@ -234,11 +234,6 @@ pub(super) async fn drop_table(
             )));
         }
     };
-    let table = catalog
-        .load_table(&ident)
-        .await
-        .map_err(|e| RestError::of_table(&ident, e))?;
-    let _turns = catalog.commit_turns([&table]).await;
     let dropped = if purge {
         catalog.purge_table(&ident).await
     } else {
@@ -255,11 +250,6 @@ pub(super) async fn rename_table(State(catalog): Db, body: Bytes) -> Result<Stat
     let source = identifier(&request.source)?;
     let destination = identifier(&request.destination)?;
     check_new_name(destination.namespace(), Some(destination.name()))?;
-    let table = catalog
-        .load_table(&source)
-        .await
-        .map_err(|e| RestError::of_table(&source, e))?;
-    let _turns = catalog.commit_turns([&table]).await;
     match catalog.rename_table(&source, &destination).await {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NamespaceNotFound => {
