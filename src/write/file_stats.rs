@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use iceberg::spec::{
     DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType, Schema, Struct, Type,
 };
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::statistics::Statistics;
 
 /// Which end of a column chunk's range.
@@ -39,60 +39,20 @@ pub fn data_file_from_footer(
     size: u64,
     nan_value_counts: HashMap<i32, u64>,
 ) -> iceberg::Result<DataFileBuilder> {
-    // Long on purpose: one pass in the order of iceberg's `parquet_to_data_file_builder`,
-    // kept whole so the two read side by side.
-    let mut column_sizes: HashMap<i32, u64> = HashMap::new();
-    let mut value_counts: HashMap<i32, u64> = HashMap::new();
-    let mut null_counts: HashMap<i32, u64> = HashMap::new();
-    let mut lower: HashMap<i32, Datum> = HashMap::new();
-    let mut upper: HashMap<i32, Datum> = HashMap::new();
+    // One pass in the order of iceberg's `parquet_to_data_file_builder`.
+    let mut metrics = ColumnMetrics::default();
     for row_group in metadata.row_groups() {
         for chunk in row_group.columns() {
-            let info = chunk.column_descr().self_type().get_basic_info();
-            if !info.has_id() {
-                continue;
-            }
-            let id = info.id();
-            let Some(field) = schema.field_by_id(id) else {
-                continue; // as iceberg: a column not in the schema is ignored
-            };
-            *column_sizes.entry(id).or_default() += chunk.compressed_size() as u64;
-            *value_counts.entry(id).or_default() += chunk.num_values() as u64;
-            let Some(stats) = chunk.statistics() else {
-                continue;
-            };
-            if let Some(nulls) = stats.null_count_opt() {
-                *null_counts.entry(id).or_default() += nulls;
-            }
-            let Type::Primitive(ty) = field.field_type.as_ref() else {
-                continue;
-            };
-            if stats.min_is_exact()
-                && let Some(min) = bound(ty, stats, End::Lower)?
-            {
-                lower
-                    .entry(id)
-                    .and_modify(|b| {
-                        if *b > min {
-                            *b = min.clone();
-                        }
-                    })
-                    .or_insert(min);
-            }
-            if stats.max_is_exact()
-                && let Some(max) = bound(ty, stats, End::Upper)?
-            {
-                upper
-                    .entry(id)
-                    .and_modify(|b| {
-                        if *b < max {
-                            *b = max.clone();
-                        }
-                    })
-                    .or_insert(max);
-            }
+            metrics.add(schema, chunk)?;
         }
     }
+    let ColumnMetrics {
+        column_sizes,
+        value_counts,
+        null_counts,
+        lower,
+        upper,
+    } = metrics;
     let mut builder = DataFileBuilder::default();
     builder
         .content(DataContentType::Data)
@@ -114,6 +74,66 @@ pub fn data_file_from_footer(
                 .collect(),
         ));
     Ok(builder)
+}
+
+/// The per-field-id metrics of a data file, summed over its column chunks.
+#[derive(Default)]
+struct ColumnMetrics {
+    column_sizes: HashMap<i32, u64>,
+    value_counts: HashMap<i32, u64>,
+    null_counts: HashMap<i32, u64>,
+    lower: HashMap<i32, Datum>,
+    upper: HashMap<i32, Datum>,
+}
+
+impl ColumnMetrics {
+    /// Adds one column chunk; a column without a field id, or whose id is not in
+    /// `schema`, is ignored as iceberg ignores it. Bounds count only when the footer says
+    /// they are exact.
+    fn add(&mut self, schema: &Schema, chunk: &ColumnChunkMetaData) -> iceberg::Result<()> {
+        let info = chunk.column_descr().self_type().get_basic_info();
+        if !info.has_id() {
+            return Ok(());
+        }
+        let id = info.id();
+        let Some(field) = schema.field_by_id(id) else {
+            return Ok(());
+        };
+        *self.column_sizes.entry(id).or_default() += chunk.compressed_size() as u64;
+        *self.value_counts.entry(id).or_default() += chunk.num_values() as u64;
+        let Some(stats) = chunk.statistics() else {
+            return Ok(());
+        };
+        if let Some(nulls) = stats.null_count_opt() {
+            *self.null_counts.entry(id).or_default() += nulls;
+        }
+        let Type::Primitive(ty) = field.field_type.as_ref() else {
+            return Ok(());
+        };
+        if stats.min_is_exact()
+            && let Some(min) = bound(ty, stats, End::Lower)?
+        {
+            keep(&mut self.lower, id, min, |kept, new| new < kept);
+        }
+        if stats.max_is_exact()
+            && let Some(max) = bound(ty, stats, End::Upper)?
+        {
+            keep(&mut self.upper, id, max, |kept, new| new > kept);
+        }
+        Ok(())
+    }
+}
+
+/// Puts `value` at `id` unless the bound already there is tighter (`wins(kept, new)`
+/// says whether `new` replaces `kept`).
+fn keep(bounds: &mut HashMap<i32, Datum>, id: i32, value: Datum, wins: fn(&Datum, &Datum) -> bool) {
+    match bounds.get_mut(&id) {
+        Some(kept) if wins(kept, &value) => *kept = value,
+        Some(_) => {}
+        None => {
+            bounds.insert(id, value);
+        }
+    }
 }
 
 /// One end of `stats` as a `Datum` of `ty`, or `None` when the chunk has no such value or
