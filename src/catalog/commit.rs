@@ -127,33 +127,43 @@ pub const RETRY_TOTAL_TIMEOUT_MS: &str = "commit.retry.total-timeout-ms";
 
 impl CommitPolicy {
     /// The policy of a commit of `tables` on a store whose default is `default`: each
-    /// `commit.retry.*` property a table sets replaces the default's (Iceberg's table
-    /// properties; for several tables the most cautious: fewest retries, shortest
-    /// waits), and a total timeout caps the waits when one is set.
+    /// `commit.retry.*` property a table sets replaces the default's value, as Iceberg's
+    /// table properties do (Java's `BaseTransaction`/`SnapshotProducer` read them per
+    /// table); when several tables set one, the most cautious value wins (fewest retries,
+    /// shortest waits and total). A value that is not a whole number is ignored, as if
+    /// unset.
     pub fn of<'t>(default: CommitPolicy, tables: impl IntoIterator<Item = &'t Table>) -> Self {
-        let mut policy = default;
+        let mut set: [Option<u64>; 4] = [None; 4];
+        let keys = [
+            RETRY_NUM_RETRIES,
+            RETRY_MIN_WAIT_MS,
+            RETRY_MAX_WAIT_MS,
+            RETRY_TOTAL_TIMEOUT_MS,
+        ];
         for table in tables {
             let properties = table.metadata().properties();
-            let number = |key: &str| {
-                properties
+            for (slot, key) in set.iter_mut().zip(keys) {
+                if let Some(value) = properties
                     .get(key)
                     .and_then(|v| v.trim().parse::<u64>().ok())
-            };
-            if let Some(retries) = number(RETRY_NUM_RETRIES) {
-                policy.retries = policy
-                    .retries
-                    .min(u32::try_from(retries).unwrap_or(u32::MAX));
+                {
+                    *slot = Some(slot.map_or(value, |kept| kept.min(value)));
+                }
             }
-            if let Some(ms) = number(RETRY_MIN_WAIT_MS) {
-                policy.base_wait = policy.base_wait.min(Duration::from_millis(ms));
-            }
-            if let Some(ms) = number(RETRY_MAX_WAIT_MS) {
-                policy.max_wait = policy.max_wait.min(Duration::from_millis(ms));
-            }
-            if let Some(ms) = number(RETRY_TOTAL_TIMEOUT_MS) {
-                let total = Duration::from_millis(ms);
-                policy.total_wait = Some(policy.total_wait.map_or(total, |t| t.min(total)));
-            }
+        }
+        let [retries, min_wait, max_wait, total] = set;
+        let mut policy = default;
+        if let Some(retries) = retries {
+            policy.retries = u32::try_from(retries).unwrap_or(u32::MAX);
+        }
+        if let Some(ms) = min_wait {
+            policy.base_wait = Duration::from_millis(ms);
+        }
+        if let Some(ms) = max_wait {
+            policy.max_wait = Duration::from_millis(ms);
+        }
+        if let Some(ms) = total {
+            policy.total_wait = Some(Duration::from_millis(ms));
         }
         policy
     }

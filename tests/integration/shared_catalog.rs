@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use arrow_flight::FlightClient;
 
+use skade::catalog::store::postgres::turns::CommitTurn;
+
 use crate::common::postgres::{PgCluster, psql};
 use crate::common::{TestServer, count, get, metric, put, synthetic_batch};
 
@@ -228,6 +230,19 @@ async fn two_catalogs_and_a_table(
     Arc<skade::catalog::RedbCatalog>,
     iceberg::TableIdent,
 ) {
+    two_catalogs_turning(url, warehouse, CommitTurn::Database).await
+}
+
+/// [`two_catalogs_and_a_table`] with the catalogs' commit turn `turn`.
+async fn two_catalogs_turning(
+    url: &str,
+    warehouse: &std::path::Path,
+    turn: CommitTurn,
+) -> (
+    Arc<skade::catalog::RedbCatalog>,
+    Arc<skade::catalog::RedbCatalog>,
+    iceberg::TableIdent,
+) {
     use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
     use iceberg::{Catalog, NamespaceIdent, TableCreation};
     let open = || {
@@ -235,7 +250,7 @@ async fn two_catalogs_and_a_table(
             url,
             "skade",
             4,
-            skade::catalog::store::postgres::turns::CommitTurn::Database,
+            turn,
             skade::storage::Warehouse::Local(warehouse.to_path_buf()),
         )
     };
@@ -267,11 +282,23 @@ async fn set_property(
     table: &iceberg::table::Table,
     value: &str,
 ) -> iceberg::table::Table {
+    set_properties(catalog, table, &[("k", value)]).await
+}
+
+/// Sets the table properties `pairs` through `catalog`'s commit driver.
+async fn set_properties(
+    catalog: &skade::catalog::RedbCatalog,
+    table: &iceberg::table::Table,
+    pairs: &[(&str, &str)],
+) -> iceberg::table::Table {
     let target = skade::catalog::CommitTarget::metadata(table);
     let mut update = skade::catalog::MetadataUpdate::new(
         Vec::new(),
         vec![iceberg::TableUpdate::SetProperties {
-            updates: [("k".to_string(), value.to_string())].into(),
+            updates: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }],
     );
     catalog
@@ -468,4 +495,104 @@ async fn a_catalog_asking_for_tls_connects_verified_or_not_at_all() {
     assert_ne!(connections(true), "0", "skade holds no connection");
     server.stop().await;
     drop(pg);
+}
+
+/// A metadata commit (`mine` = `1`) that another instance overtakes before each of its
+/// first `overtakes` attempts: that instance commits the table between this commit's load
+/// and its release, so the release loses the compare-and-swap and is staged again.
+struct Overtaken {
+    other: Arc<skade::catalog::RedbCatalog>,
+    ident: iceberg::TableIdent,
+    overtakes: u32,
+    attempts: u32,
+}
+
+#[async_trait::async_trait]
+impl skade::catalog::Stage for Overtaken {
+    type Out = ();
+    type Error = iceberg::Error;
+
+    async fn stage(
+        &mut self,
+        current: &[iceberg::table::Table],
+    ) -> Result<Option<skade::catalog::Staged<()>>, iceberg::Error> {
+        use iceberg::Catalog;
+        self.attempts += 1;
+        if self.attempts <= self.overtakes {
+            let theirs = self.other.load_table(&self.ident).await?;
+            let value = self.attempts.to_string();
+            set_properties(&self.other, &theirs, &[("theirs", value.as_str())]).await;
+        }
+        let mut mine = skade::catalog::MetadataUpdate::new(
+            Vec::new(),
+            vec![iceberg::TableUpdate::SetProperties {
+                updates: [("mine".to_string(), "1".to_string())].into(),
+            }],
+        );
+        mine.stage(current).await
+    }
+}
+
+// Catches a table's `commit.retry.num-retries` not honoured: capped at the store's
+// default (12 re-stages on a shared catalog) instead of replacing it, or ignored when
+// lower (the commit must then fail with the conflict after exactly that many re-stages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tables_commit_retry_properties_replace_the_default_policy() {
+    use iceberg::{Catalog, ErrorKind};
+    use skade::catalog::CommitTarget;
+    let pg = PgCluster::start();
+    let url = pg.create_database("retries");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let (a, b, ident) = two_catalogs_turning(&url, warehouse.path(), CommitTurn::Instance).await;
+
+    // More re-stages than the shared default allows: the commit lands on the 15th attempt.
+    let table = a.load_table(&ident).await.expect("load");
+    let table = set_properties(
+        &a,
+        &table,
+        &[
+            ("commit.retry.num-retries", "14"),
+            ("commit.retry.min-wait-ms", "1"),
+            ("commit.retry.max-wait-ms", "2"),
+        ],
+    )
+    .await;
+    let mut overtaken = Overtaken {
+        other: b.clone(),
+        ident: ident.clone(),
+        overtakes: 14,
+        attempts: 0,
+    };
+    let after = a
+        .commit_one(&CommitTarget::metadata(&table), &mut overtaken)
+        .await
+        .expect("a commit overtaken 14 times with 14 re-stages allowed lands");
+    assert_eq!(overtaken.attempts, 15);
+    let properties = after.metadata().properties();
+    assert_eq!(properties.get("mine").map(String::as_str), Some("1"));
+    assert_eq!(properties.get("theirs").map(String::as_str), Some("14"));
+
+    // Fewer: two re-stages, then the conflict is the commit's error and nothing of it lands.
+    let table = set_properties(
+        &a,
+        &after,
+        &[("commit.retry.num-retries", "2"), ("mine", "0")],
+    )
+    .await;
+    let mut overtaken = Overtaken {
+        other: b.clone(),
+        ident: ident.clone(),
+        overtakes: 3,
+        attempts: 0,
+    };
+    let error = a
+        .commit_one(&CommitTarget::metadata(&table), &mut overtaken)
+        .await
+        .expect_err("a commit overtaken 3 times with 2 re-stages allowed fails");
+    assert_eq!(error.kind(), ErrorKind::CatalogCommitConflicts, "{error}");
+    assert_eq!(overtaken.attempts, 3);
+    let now = b.load_table(&ident).await.expect("load");
+    let properties = now.metadata().properties();
+    assert_eq!(properties.get("mine").map(String::as_str), Some("0"));
+    assert_eq!(properties.get("theirs").map(String::as_str), Some("3"));
 }
