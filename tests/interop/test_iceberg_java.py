@@ -16,7 +16,8 @@ bounds through Iceberg's own transforms.
 (``conftest.py``), first writing every table shape (``shapes.py``) on the local and the
 S3 warehouse so that it covers them when run alone, then checks the whole session's
 temporary directory (every local warehouse of every server the suite started) and a copy
-of moto's bucket. Two negative controls show the check fails on a broken table.
+of moto's bucket. Two negative controls show the check fails on a broken table, a third
+that it reports a manifest another writer made and Iceberg Java cannot read.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ CHECK = "org.apache.iceberg.SkadeIcebergCheck"
 EVERY_TRANSFORM = {"identity", "bucket", "truncate", "year", "month", "day", "hour"}
 
 
-# The one problem Iceberg Java finds in files the suite's other writers make: pyiceberg
-# 0.12 writes a delete manifest's equality_ids as an Avro array of long (the spec's
-# field 135 is list<int>), so Iceberg Java's reader throws on the equality-delete manifest
-# tests/interop/foreign_writer.py commits as "another engine" (test_foreign_changes.py).
-KNOWN_FOREIGN = "ClassCastException: class java.lang.Long cannot be cast to class java.lang.Integer"
+# What Iceberg Java's reader throws on a delete manifest whose equality_ids (the spec's
+# field 135, list<int>) is an Avro array of long, as pyiceberg 0.12 writes it.
+# tests/interop/foreign_writer.py writes list<int>; the negative control below writes
+# pyiceberg's own.
+LONG_EQUALITY_IDS = "ClassCastException: class java.lang.Long cannot be cast to class java.lang.Integer"
 
 
 def run_check(jvm, *args: str) -> tuple[int, list[str], dict, list[str]]:
@@ -82,8 +83,7 @@ def test_iceberg_java_parses_every_file_the_suite_wrote(jvm, skade_server, skade
 
     code, failures, summary, foreign = run_check(jvm, "--map", f"s3://{S3_BUCKET}/={mirror}/", str(base))
     assert failures == [] and code == 0, "\n".join(failures[:50])
-    unknown = [line for line in foreign if KNOWN_FOREIGN not in line]
-    assert unknown == [], "Iceberg Java rejects files another writer of the suite made:\n" + "\n".join(unknown[:20])
+    assert foreign == [], "Iceberg Java rejects files another writer of the suite made:\n" + "\n".join(foreign[:20])
     assert summary["metadata_json"] >= 40 and summary["manifest"] >= 40, summary
     assert EVERY_TRANSFORM <= set(summary["transforms"]), summary
     assert {2, 3} <= set(summary["format_versions"]), summary
@@ -139,3 +139,29 @@ def test_iceberg_java_check_fails_on_partition_values_of_another_transform(jvm, 
     broken.write_text(json.dumps(metadata))
     code, failures, _, _ = run_check(jvm, str(scratch))
     assert code == 1 and any("partition ts_day" in f and "outside" in f for f in failures), failures[:5]
+
+
+def test_iceberg_java_check_reports_a_foreign_manifest_it_cannot_read(jvm, scratch, monkeypatch):
+    """The negative control of the suite's other writers (no FOREIGN line above): an
+    equality delete committed by tests/interop/foreign_writer.py with pyiceberg 0.12's own
+    delete manifest writer (equality_ids as list<long>), on pyiceberg's SQLite catalog,
+    must be reported as a FOREIGN problem of that manifest -- and not as skade's."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import ManifestWriterV2
+
+    import foreign_writer
+
+    catalog = SqlCatalog("foreign", uri=f"sqlite:///{scratch}/catalog.db", warehouse=f"file://{scratch}")
+    catalog.create_namespace("fw")
+    table = catalog.create_table("fw.t", pa.schema([pa.field("id", pa.int64(), nullable=False)]))
+    table.append(pa.table({"id": pa.array(range(10), pa.int64())},
+                          schema=pa.schema([pa.field("id", pa.int64(), nullable=False)])))
+    monkeypatch.setattr(foreign_writer._DeleteManifestWriter, "_with_partition",
+                        ManifestWriterV2._with_partition)
+    foreign_writer.delete_rows(catalog, "fw.t", [3, 7], equality=True)
+
+    code, failures, summary, foreign = run_check(jvm, str(scratch))
+    assert code == 0 and failures == [], failures[:5]
+    assert foreign and all(LONG_EQUALITY_IDS in line and "-m0.avro" in line for line in foreign), foreign
+    assert summary["foreign_failures"] == len(foreign), summary
