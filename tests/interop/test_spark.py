@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from conftest import S3_CREDENTIALS, documented_spark_command
+from conftest import documented_spark_command
 from shapes import PARTITIONED, flight_client, write_shapes, write_partitioned, write_plain
 from test_flight_roundtrip import put_table
 
@@ -141,11 +141,12 @@ def test_spark_metadata_tables_parse_and_agree_with_what_was_sent(spark, local, 
 
 def test_spark_reads_s3_tables_with_vended_credentials(spark, skade_s3_server):
     """Catches an S3 table Spark cannot open with what skade's catalog hands it (endpoint,
-    path style, credentials): Spark is given only the catalog URI."""
+    path style, region as Iceberg Java's `client.region`, credentials): Spark is given
+    only the catalog URI."""
     catalog = spark_catalog(spark, "skade_s3", skade_s3_server)
-    # skade hands out the region as `s3.region` (pyiceberg's key); Iceberg Java's S3FileIO
-    # reads `client.region` only, so without this the AWS SDK finds no region.
-    spark.conf.set(f"spark.sql.catalog.{catalog}.client.region", S3_CREDENTIALS["AWS_REGION"])
+    # No region but the catalog's: none in the settings, none in the environment (the
+    # suite gives its S3 credentials and region to skade and boto3 only).
+    assert spark.conf.get(f"spark.sql.catalog.{catalog}.client.region", None) is None
     ns = "spark_s3"
     load_catalog("s3", type="rest", uri=skade_s3_server.metrics_url).create_namespace_if_not_exists(ns)
     for shape in [write_plain(skade_s3_server, ns), write_partitioned(skade_s3_server, ns, "p_hour")]:
