@@ -3,7 +3,10 @@
 # integration tests, the crash test (short form, local and on moto's S3 server), the
 # power-cut test (short form and its negative control), then the
 # Python interop suite (pyarrow Flight client, pyiceberg reader, ADBC, a real Prometheus
-# server, moto's S3 server) against the real `skade` binary, and the soak harness's
+# server, moto's S3 server; and Spark, the Java and Go Flight clients, the JDBC and Go
+# ADBC drivers and Iceberg Java's parsers, which it builds with Maven and Go from
+# tests/java/pom.xml and examples/, their dependencies cached in ~/.m2 and Go's caches)
+# against the real `skade` binary, and the soak harness's
 # 2-minute form (benches/soak/). Creates the Python venv at
 # .venv on first use, and installs Prometheus (Debian's `prometheus` package: `prometheus`
 # and `promtool`) and PostgreSQL (Debian's `postgresql` package, for the private clusters

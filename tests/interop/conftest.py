@@ -16,6 +16,14 @@ Warehouses: ``skade_server`` keeps its tables in a local directory, ``skade_s3_s
 in a bucket of moto's S3 server (``moto`` starts it on a free loopback port). A test
 module that defines ``skade_server`` as ``any_warehouse_server`` runs on both.
 
+Java, Go and Spark: ``jvm`` builds the Maven modules of tests/java/pom.xml once per session
+(``clients.build_jvm``: each module's classpath), ``go_clients`` the Go commands of
+examples/go (``clients.build_go``), and ``spark`` is the one PySpark session every Spark
+test shares, started with the settings of docs/reading.md (its ``pyspark --packages ...
+--conf ...`` command between ``<!-- spark:begin -->`` and ``<!-- spark:end -->``) and the jars of
+tests/java/spark-jars. ``test_iceberg_java.py``'s check of every file the session wrote
+runs last (``pytest_collection_modifyitems``).
+
 PostgreSQL: the session-scoped ``postgres`` fixture is one private cluster
 (``pg.PostgresCluster``, tests/pg/cluster.sh) for the whole session, and
 ``postgres_database()`` makes a fresh database in it per caller (one catalog database per
@@ -50,6 +58,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+import clients
 from pg import PostgresCluster, PostgresDatabase, PostgresError, new_cluster_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -576,3 +585,92 @@ def postgres_database(postgres: PostgresCluster) -> Callable[..., PostgresDataba
         return postgres.create_database(f"{prefix}_{next(counter)}")
 
     return create
+
+
+# --------------------------------------------------------------------------- Java, Go, Spark
+
+RUNS_LAST = "test_iceberg_java.py::test_iceberg_java_parses_every_file_the_suite_wrote"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Iceberg Java's check of every metadata file the session wrote runs after every
+    other test, so it sees all of them."""
+    last = [item for item in items if item.nodeid.endswith(RUNS_LAST)]
+    items[:] = [item for item in items if item not in last] + last
+
+
+@pytest.fixture(scope="session")
+def jvm() -> dict[str, list[str]]:
+    """The JVM modules of tests/java/pom.xml, built; module name → runtime classpath."""
+    return clients.build_jvm()
+
+
+@pytest.fixture(scope="session")
+def go_clients(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The Go commands of examples/go/cmd, built; name → binary."""
+    return clients.build_go(tmp_path_factory.mktemp("go-bin"))
+
+
+READING_GUIDE = REPO_ROOT / "docs" / "reading.md"
+
+
+def documented_spark_command() -> tuple[list[str], dict[str, str]]:
+    """The Spark command of docs/reading.md (between ``<!-- spark:begin -->`` and
+    ``<!-- spark:end -->``): its ``--packages`` Maven coordinates and its ``--conf``
+    settings, in order."""
+    block = READING_GUIDE.read_text().split("<!-- spark:begin -->", 1)[1].split("<!-- spark:end -->", 1)[0]
+    words = block.replace("\\\n", " ").split()
+    packages: list[str] = []
+    confs: dict[str, str] = {}
+    for flag, value in zip(words, words[1:]):
+        if flag == "--packages":
+            packages = value.split(",")
+        elif flag == "--conf":
+            key, _, setting = value.partition("=")
+            confs[key] = setting
+    assert packages and confs, f"no --packages/--conf in docs/reading.md's Spark block:{block}"
+    return packages, confs
+
+
+@pytest.fixture(scope="session")
+def spark(jvm, tmp_path_factory: pytest.TempPathFactory):
+    """One local PySpark session (2 cores) for every Spark test, with the settings of
+    docs/reading.md but its catalogs (``spark_catalog`` in test_spark.py points a
+    catalog at a server) and the jars of tests/java/spark-jars, which must be that
+    command's ``--packages``."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    packages, confs = documented_spark_command()
+    jars = jvm["spark-jars"]
+    spark_line = ".".join(pyspark.__version__.split(".")[:2])
+    assert any(f"iceberg-spark-runtime-{spark_line}_" in p for p in packages), (
+        f"PySpark {pyspark.__version__} needs Iceberg's runtime for Spark {spark_line}: {packages}"
+    )
+    assert sorted(f"{p.split(':')[1]}-{p.split(':')[2]}.jar" for p in packages) == sorted(
+        Path(j).name for j in jars
+    ), f"docs/reading.md's --packages {packages} are not the jars tests/java/spark-jars fetches: {jars}"
+    work = tmp_path_factory.mktemp("spark")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver binds loopback only
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName("skade-interop")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.driver.host", "127.0.0.1")  # loopback only
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", str(work))
+        .config("spark.sql.warehouse.dir", str(work / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={work}")
+    )
+    for key, value in confs.items():
+        if not key.startswith("spark.sql.catalog."):
+            builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
