@@ -30,13 +30,13 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use iceberg::{Error, ErrorKind, Result};
 
 /// An upload's outcome, shareable between the barrier and readers waiting for it.
-type Outcome = Shared<BoxFuture<'static, std::result::Result<(), Arc<Error>>>>;
+type PendingUpload = Shared<BoxFuture<'static, std::result::Result<(), Arc<Error>>>>;
 
 /// The uploads of one warehouse still in flight, or failed and not yet reported to a
 /// release (see the module docs).
 #[derive(Debug, Default)]
 pub struct PendingUploads {
-    uploads: Mutex<HashMap<String, Outcome>>,
+    uploads: Mutex<HashMap<String, PendingUpload>>,
 }
 
 impl PendingUploads {
@@ -48,7 +48,7 @@ impl PendingUploads {
             .is_some_and(|(_, name)| !name.contains('/') && name.ends_with(".avro"))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Outcome>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, PendingUpload>> {
         self.uploads
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -63,7 +63,7 @@ impl PendingUploads {
         upload: impl std::future::Future<Output = Result<()>> + Send + 'static,
     ) {
         let (done, outcome) = tokio::sync::oneshot::channel();
-        let outcome: Outcome = outcome
+        let outcome: PendingUpload = outcome
             .map(|sent| match sent {
                 Ok(result) => result,
                 Err(_) => Err(Arc::new(Error::new(
@@ -107,7 +107,7 @@ impl PendingUploads {
     /// Cancel safe: the uploads go on; a later call waits for them again.
     pub async fn wait_under(&self, table_location: &str) -> Result<usize> {
         let prefix = format!("{}/metadata/", table_location.trim_end_matches('/'));
-        let pending: Vec<(String, Outcome)> = self
+        let pending: Vec<(String, PendingUpload)> = self
             .lock()
             .iter()
             .filter(|(location, _)| {
