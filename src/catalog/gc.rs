@@ -46,7 +46,7 @@ use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use tracing::{debug, info};
 
-use super::manifest_cache::{self, ManifestCache};
+use super::manifest_cache::{ManifestCache, WrittenManifests};
 use super::{Ownership, RedbCatalog};
 use crate::storage::StorageError;
 use crate::storage::Warehouse;
@@ -272,7 +272,7 @@ async fn collect_from(
     let tables = catalog.all_tables().await.map_err(catalog_error)?;
 
     let mut referenced = HashSet::new();
-    let mut walker = ReferenceWalker::default();
+    let mut walker = ReferenceWalker::new(catalog.written_manifests().clone());
     let mut loaded = Vec::with_capacity(tables.len());
     for ident in &tables {
         let table_error = |e| GcError::Table {
@@ -360,11 +360,11 @@ async fn owned_locations(
 /// Gathers the files a table's metadata references, remembering what it read: manifest
 /// lists and manifests are written once and never changed (Iceberg's table spec), so a
 /// walker kept across runs (online cleanup, [`crate::maintenance`]) reads each of them
-/// once, and a run costs only the files new since the last. What this process wrote
+/// once, and a run costs only the files new since the last. What its catalog wrote
 /// itself it never reads back: the writers hand each list's manifest paths and each
-/// manifest's file paths over ([`manifest_cache::take_written_list`],
-/// [`manifest_cache::take_written_manifest`]).
-#[derive(Debug, Default)]
+/// manifest's file paths over ([`WrittenManifests::take_written_list`],
+/// [`WrittenManifests::take_written_manifest`]).
+#[derive(Debug)]
 pub struct ReferenceWalker {
     cache: ManifestCache,
     /// The manifest paths each manifest list walked names, by list path: all a walk
@@ -382,11 +382,24 @@ pub struct ReferenceWalker {
     /// Lists and manifests walked since [`Self::forget_unused`] last ran.
     walked: HashSet<Arc<str>>,
     /// Manifest lists and manifests not handed over by their writer in this process:
-    /// read from the storage, or from the process's caches of parsed ones.
+    /// read from the storage, or from the catalog's caches of parsed ones.
     read_back: usize,
 }
 
 impl ReferenceWalker {
+    /// A walker that has read nothing yet, taking what `written` (its catalog's
+    /// [`crate::catalog::RedbCatalog::written_manifests`]) holds for it.
+    pub fn new(written: Arc<WrittenManifests>) -> Self {
+        Self {
+            cache: ManifestCache::new(written),
+            lists: HashMap::new(),
+            names: HashSet::new(),
+            files: HashMap::new(),
+            walked: HashSet::new(),
+            read_back: 0,
+        }
+    }
+
     /// Adds every file `table`'s current metadata references to `out`: the current
     /// metadata JSON and every one in its metadata log; every snapshot's manifest list,
     /// every manifest those list, every file those manifests name (whatever the entry's
@@ -440,11 +453,11 @@ impl ReferenceWalker {
         let names = match self.lists.get(path) {
             Some(names) => names.clone(),
             None => {
-                let names: Vec<Arc<str>> = match manifest_cache::take_written_list(path) {
+                let names: Vec<Arc<str>> = match self.cache.written().take_written_list(path) {
                     Some(names) => names.iter().map(|n| self.name(n)).collect(),
                     None => {
                         self.read_back += 1;
-                        let list = manifest_cache::read_list(table, snapshot).await?;
+                        let list = self.cache.written().read_list(table, snapshot).await?;
                         list.iter().map(|m| self.name(&m.manifest_path)).collect()
                     }
                 };
@@ -469,7 +482,7 @@ impl ReferenceWalker {
         if let Some(files) = self.files.get(path) {
             return Ok(files.clone());
         }
-        let files = match manifest_cache::take_written_manifest(path) {
+        let files = match self.cache.written().take_written_manifest(path) {
             Some(files) => files,
             None => {
                 self.read_back += 1;

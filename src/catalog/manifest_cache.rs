@@ -9,30 +9,50 @@
 //! longer uses (files of expired snapshots) is dropped by [`ManifestCache::forget_unused`],
 //! so the cache follows the tables' live metadata, not their age.
 //!
-//! What this process writes, it never reads back: the append producer
-//! (`write::append`) and maintenance hand the manifest lists and manifests they write to
-//! [`remember_list`] / [`remember_manifest`], a small process-wide cache of recent files
-//! that every [`ManifestCache`] and the next append consult before the storage, so the
-//! committer never re-reads or re-parses what it wrote.
+//! What a catalog writes, it never reads back: the snapshot producers (`crate::snapshot`)
+//! hand the manifest lists and manifests they write to the catalog's
+//! [`WrittenManifests`] ([`WrittenManifests::remember_list`],
+//! [`WrittenManifests::remember_manifest`]), a small cache of recent files that every
+//! [`ManifestCache`] of that catalog and its next append consult before the storage, so
+//! the committer never re-reads or re-parses what it wrote. Each catalog instance has its
+//! own ([`crate::catalog::RedbCatalog::written_manifests`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{DataFile, Manifest, ManifestFile, SnapshotRef};
 use iceberg::table::Table;
 
-/// Parsed manifest lists (by path: the manifests they list) and manifests (by path).
-#[derive(Debug, Default)]
+/// Parsed manifest lists (by path: the manifests they list) and manifests (by path), in
+/// front of the catalog's [`WrittenManifests`].
+#[derive(Debug)]
 pub struct ManifestCache {
     lists: HashMap<String, Arc<[ManifestFile]>>,
     manifests: HashMap<String, Arc<Manifest>>,
     /// Paths looked up since [`Self::forget_unused`] last ran.
     used: HashSet<String>,
+    written: Arc<WrittenManifests>,
 }
 
 impl ManifestCache {
+    /// An empty cache in front of `written` (its catalog's:
+    /// [`crate::catalog::RedbCatalog::manifest_cache`]).
+    pub fn new(written: Arc<WrittenManifests>) -> Self {
+        Self {
+            lists: HashMap::new(),
+            manifests: HashMap::new(),
+            used: HashSet::new(),
+            written,
+        }
+    }
+
+    /// What the catalog this cache reads for wrote lately.
+    pub fn written(&self) -> &Arc<WrittenManifests> {
+        &self.written
+    }
+
     /// The manifests `snapshot` of `table` lists, in list order; read and parsed only the
     /// first time.
     ///
@@ -48,7 +68,7 @@ impl ManifestCache {
             self.used.insert(path.to_string());
             return Ok(list.clone());
         }
-        let list = read_list(table, snapshot).await?;
+        let list = self.written.read_list(table, snapshot).await?;
         self.used.insert(path.to_string());
         self.lists.insert(path.to_string(), list.clone());
         Ok(list)
@@ -79,14 +99,14 @@ impl ManifestCache {
         if let Some(parsed) = self.manifests.get(path) {
             return Ok(parsed.clone());
         }
-        let parsed = read_manifest(file_io, manifest).await?;
+        let parsed = self.written.read_manifest(file_io, manifest).await?;
         self.manifests.insert(path.clone(), parsed.clone());
         Ok(parsed)
     }
 
     /// The parsed manifest at `path` for a caller that keeps only what it needs of it
-    /// (the reference walk keeps its files' paths): a manifest already here or in the
-    /// process-wide cache is shared, one read now is not kept (a parsed manifest holds
+    /// (the reference walk keeps its files' paths): a manifest already here or among the
+    /// catalog's recent ones is shared, one read now is not kept (a parsed manifest holds
     /// every entry's statistics, about ten times its paths' size). Read by path alone,
     /// so inherited fields (entries' snapshot ids and sequence numbers) stay as written.
     ///
@@ -100,7 +120,7 @@ impl ManifestCache {
         if let Some(parsed) = self.manifests.get(path) {
             return Ok(parsed.clone());
         }
-        if let Some(parsed) = recent().manifest(path) {
+        if let Some(parsed) = self.written.recent().manifest(path) {
             return Ok(parsed);
         }
         let bytes = file_io.new_input(path)?.read().await?;
@@ -121,24 +141,24 @@ impl ManifestCache {
     }
 }
 
-/// Manifest lists kept process-wide (the oldest is forgotten first): the current list of
+/// Manifest lists a catalog keeps (the oldest is forgotten first): the current list of
 /// 128 busy tables, which is all an append reads. A miss only costs a read.
 const RECENT_LISTS: usize = 128;
-/// Manifests kept process-wide: those awaiting a merge (at most
+/// Manifests a catalog keeps: those awaiting a merge (at most
 /// `commit.manifest.min-count-to-merge` per table) and the newest ones maintenance reads
 /// next. A miss only costs a read and a parse.
 const RECENT_MANIFESTS: usize = 512;
-/// Bytes the manifests kept process-wide hold at most, by [`parsed_bytes`]'s estimate. A
+/// Bytes the manifests a catalog keeps hold at most, by [`parsed_bytes`]'s estimate. A
 /// merged manifest holds every live data file of its table, and a busy table writes one
 /// every `commit.manifest.min-count-to-merge` commits: bounded by count alone, the cache
 /// held the last 32 copies of one table's file list (206 MiB of heap at 3,663 live data
 /// files, growing with their square; `docs/performance.md`, "Heap per live data file").
 const RECENT_MANIFEST_BYTES: usize = 32 << 20;
-/// A manifest larger than this ([`parsed_bytes`]) is not kept process-wide: it would push
+/// A manifest larger than this ([`parsed_bytes`]) is not kept: it would push
 /// out most of the others, and its next reader reads and parses it again.
 const RECENT_LARGEST_MANIFEST: usize = RECENT_MANIFEST_BYTES / 4;
 
-/// The process-wide cache of the manifest lists and manifests this process wrote lately.
+/// The manifest lists and manifests a catalog wrote lately, parsed.
 #[derive(Default)]
 struct Recent {
     lists: HashMap<String, Arc<[ManifestFile]>>,
@@ -226,14 +246,6 @@ pub(crate) fn parsed_bytes(manifest: &Manifest) -> usize {
         .sum()
 }
 
-fn recent() -> MutexGuard<'static, Recent> {
-    static RECENT: LazyLock<Mutex<Recent>> = LazyLock::new(Mutex::default);
-    // A panic while holding the lock leaves consistent maps (each change is one call).
-    RECENT
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Paths the [`Written`] registry holds at most (manifest paths of lists plus file paths
 /// of manifests, about 16 and 150 bytes each): about 16 MiB of lists, or a minute of
 /// 100-manifest lists at 100 commits a second. Past it the oldest entries go, and the
@@ -241,7 +253,7 @@ fn recent() -> MutexGuard<'static, Recent> {
 const WRITTEN_PATHS: usize = 1 << 20;
 
 /// What the reference walk (`catalog::gc::ReferenceWalker`) needs of the manifest lists
-/// and manifests this process wrote and no walk has taken yet: each list's manifest
+/// and manifests a catalog wrote and no walk has taken yet: each list's manifest
 /// paths and each manifest's file paths, handed over once ([`take_written_list`],
 /// [`take_written_manifest`]). A busy process writes a manifest list and a manifest per
 /// commit — thousands between two maintenance passes, far more than [`Recent`] keeps —
@@ -336,105 +348,133 @@ impl Written {
     }
 }
 
-fn written() -> MutexGuard<'static, Written> {
-    static WRITTEN: LazyLock<Mutex<Written>> = LazyLock::new(Mutex::default);
-    // A panic while holding the lock leaves consistent maps (each change is one call).
-    WRITTEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// What one catalog wrote lately: the manifest lists and manifests its snapshot
+/// producers wrote, parsed (a later reader in the catalog does not read them back), and
+/// their paths for its next reference walk (module docs). Bounded: at most
+/// [`RECENT_LISTS`] lists, [`RECENT_MANIFESTS`] manifests of [`RECENT_MANIFEST_BYTES`],
+/// and [`WRITTEN_PATHS`] paths for the walk.
+#[derive(Default)]
+pub struct WrittenManifests {
+    recent: Mutex<Recent>,
+    written: Mutex<Written>,
 }
 
-/// Paths the registry of what this process wrote holds, not yet taken by a walk (at
-/// most [`WRITTEN_PATHS`]).
-pub fn written_paths() -> usize {
-    written().paths
-}
-
-/// The manifest paths of the list at `path` if this process wrote it and no walk took
-/// them yet (they leave the registry).
-pub fn take_written_list(path: &str) -> Option<Arc<[Arc<str>]>> {
-    let mut written = written();
-    let names = written.lists.remove(path)?;
-    written.paths -= names.len();
-    Some(names)
-}
-
-/// The file paths of the manifest at `path` if this process wrote it and no walk took
-/// them yet (they leave the registry).
-pub fn take_written_manifest(path: &str) -> Option<Arc<[PathBuf]>> {
-    let mut written = written();
-    let files = written.manifests.remove(path)?;
-    written.paths -= files.len();
-    Some(files)
-}
-
-/// Remembers the manifest list at `path` (as the writer finished it: sequence numbers
-/// assigned), so a later reader of it in this process does not read the file, and its
-/// manifest paths for the next reference walk ([`take_written_list`]).
-pub fn remember_list(path: &str, manifests: Arc<[ManifestFile]>) {
-    written().insert_list(path, &manifests);
-    let mut recent = recent();
-    if recent.lists.insert(path.to_string(), manifests).is_none() {
-        recent.list_order.push_back(path.to_string());
+impl std::fmt::Debug for WrittenManifests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WrittenManifests")
+            .field("paths_for_the_walk", &self.written_paths())
+            .finish_non_exhaustive()
     }
-    while recent.list_order.len() > RECENT_LISTS {
-        if let Some(old) = recent.list_order.pop_front() {
-            recent.lists.remove(&old);
+}
+
+impl WrittenManifests {
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        // A panic while holding the lock leaves consistent maps (each change is one call).
+        self.recent
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn written(&self) -> MutexGuard<'_, Written> {
+        // As `recent`: each change is one call.
+        self.written
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Paths held for the next reference walk, not yet taken (at most [`WRITTEN_PATHS`]).
+    pub fn written_paths(&self) -> usize {
+        self.written().paths
+    }
+
+    /// The manifest paths of the list at `path` if this catalog wrote it and no walk took
+    /// them yet (they leave the registry).
+    pub fn take_written_list(&self, path: &str) -> Option<Arc<[Arc<str>]>> {
+        let mut written = self.written();
+        let names = written.lists.remove(path)?;
+        written.paths -= names.len();
+        Some(names)
+    }
+
+    /// The file paths of the manifest at `path` if this catalog wrote it and no walk took
+    /// them yet (they leave the registry).
+    pub fn take_written_manifest(&self, path: &str) -> Option<Arc<[PathBuf]>> {
+        let mut written = self.written();
+        let files = written.manifests.remove(path)?;
+        written.paths -= files.len();
+        Some(files)
+    }
+
+    /// Remembers the manifest list at `path` (as the writer finished it: sequence numbers
+    /// assigned), so a later reader of it in this catalog does not read the file, and its
+    /// manifest paths for the next reference walk ([`Self::take_written_list`]).
+    pub fn remember_list(&self, path: &str, manifests: Arc<[ManifestFile]>) {
+        self.written().insert_list(path, &manifests);
+        let mut recent = self.recent();
+        if recent.lists.insert(path.to_string(), manifests).is_none() {
+            recent.list_order.push_back(path.to_string());
+        }
+        while recent.list_order.len() > RECENT_LISTS {
+            if let Some(old) = recent.list_order.pop_front() {
+                recent.lists.remove(&old);
+            }
         }
     }
-}
 
-/// Remembers the manifest at `path` as a reader of the file would see it (entries'
-/// snapshot ids and sequence numbers inherited), so a later reader of it in this
-/// process does not read or parse the file, and its file paths for the next reference
-/// walk ([`take_written_manifest`]).
-pub fn remember_manifest(path: &str, manifest: Arc<Manifest>) {
-    written().insert_manifest(path, &manifest);
-    recent().keep_manifest(path, manifest);
-}
-
-/// Forgets the manifests at `paths` (those a merge or a compaction just replaced: only
-/// older snapshots still list them, and a reader of those reads them again), so the
-/// process-wide cache keeps the current ones.
-pub fn forget_manifests<'a>(paths: impl IntoIterator<Item = &'a str>) {
-    let mut recent = recent();
-    for path in paths {
-        recent.forget_manifest(path);
+    /// Remembers the manifest at `path` as a reader of the file would see it (entries'
+    /// snapshot ids and sequence numbers inherited), so a later reader of it in this
+    /// catalog does not read or parse the file, and its file paths for the next reference
+    /// walk ([`Self::take_written_manifest`]).
+    pub fn remember_manifest(&self, path: &str, manifest: Arc<Manifest>) {
+        self.written().insert_manifest(path, &manifest);
+        self.recent().keep_manifest(path, manifest);
     }
-}
 
-/// The manifests `snapshot` of `table` lists: remembered, or read from the storage.
-///
-/// # Errors
-/// iceberg's error when the manifest list cannot be read or parsed.
-pub async fn read_list(
-    table: &Table,
-    snapshot: &SnapshotRef,
-) -> iceberg::Result<Arc<[ManifestFile]>> {
-    if let Some(list) = recent().lists.get(snapshot.manifest_list()) {
-        return Ok(list.clone());
+    /// Forgets the manifests at `paths` (those a merge or a compaction just replaced: only
+    /// older snapshots still list them, and a reader of those reads them again), so the
+    /// recent ones kept are the current ones.
+    pub fn forget_manifests<'a>(&self, paths: impl IntoIterator<Item = &'a str>) {
+        let mut recent = self.recent();
+        for path in paths {
+            recent.forget_manifest(path);
+        }
     }
-    Ok(table
-        .manifest_list_reader(snapshot)
-        .load()
-        .await?
-        .consume_entries()
-        .into_iter()
-        .collect())
-}
 
-/// The parsed manifest `manifest` names: remembered, or read and parsed.
-///
-/// # Errors
-/// iceberg's error when the manifest cannot be read or parsed.
-pub async fn read_manifest(
-    file_io: &FileIO,
-    manifest: &ManifestFile,
-) -> iceberg::Result<Arc<Manifest>> {
-    if let Some(parsed) = recent().manifest(&manifest.manifest_path) {
-        return Ok(parsed);
+    /// The manifests `snapshot` of `table` lists: remembered, or read from the storage.
+    ///
+    /// # Errors
+    /// iceberg's error when the manifest list cannot be read or parsed.
+    pub async fn read_list(
+        &self,
+        table: &Table,
+        snapshot: &SnapshotRef,
+    ) -> iceberg::Result<Arc<[ManifestFile]>> {
+        if let Some(list) = self.recent().lists.get(snapshot.manifest_list()) {
+            return Ok(list.clone());
+        }
+        Ok(table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await?
+            .consume_entries()
+            .into_iter()
+            .collect())
     }
-    Ok(Arc::new(manifest.load_manifest(file_io).await?))
+
+    /// The parsed manifest `manifest` names: remembered, or read and parsed.
+    ///
+    /// # Errors
+    /// iceberg's error when the manifest cannot be read or parsed.
+    pub async fn read_manifest(
+        &self,
+        file_io: &FileIO,
+        manifest: &ManifestFile,
+    ) -> iceberg::Result<Arc<Manifest>> {
+        if let Some(parsed) = self.recent().manifest(&manifest.manifest_path) {
+            return Ok(parsed);
+        }
+        Ok(Arc::new(manifest.load_manifest(file_io).await?))
+    }
 }
 
 #[cfg(test)]

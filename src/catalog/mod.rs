@@ -100,6 +100,8 @@ pub struct RedbCatalog {
     /// Every data commit's pointer flips go through it (group commit).
     committer: Arc<Committer>,
     metadata: MetadataCache,
+    /// The manifest lists and manifests this catalog wrote lately ([`Self::written_manifests`]).
+    manifests: Arc<manifest_cache::WrittenManifests>,
     /// Writers in flight whose files no snapshot references yet ([`Self::pin_writes`]).
     pins: Arc<pins::Pins>,
     /// This process's commit turns, one per table ([`Self::commit_turns`]).
@@ -196,6 +198,7 @@ impl RedbCatalog {
             file_io,
             runtime: Runtime::try_current()?,
             metadata: MetadataCache::default(),
+            manifests: Arc::default(),
             pins,
             turns: commit::Turns::default(),
         })
@@ -214,6 +217,19 @@ impl RedbCatalog {
     /// The `FileIO` every table of this catalog reads and writes through.
     pub fn file_io(&self) -> &FileIO {
         &self.file_io
+    }
+
+    /// The manifest lists and manifests this catalog's snapshot producers wrote lately,
+    /// kept parsed so no reader of this catalog reads them back, and their paths for the
+    /// next reference walk (`manifest_cache.rs`). One per catalog instance.
+    pub fn written_manifests(&self) -> &Arc<manifest_cache::WrittenManifests> {
+        &self.manifests
+    }
+
+    /// An empty [`manifest_cache::ManifestCache`] in front of this catalog's
+    /// [`Self::written_manifests`].
+    pub fn manifest_cache(&self) -> manifest_cache::ManifestCache {
+        manifest_cache::ManifestCache::new(self.manifests.clone())
     }
 
     /// Pins the files a writer is about to create until the returned guard drops: online

@@ -58,7 +58,7 @@ pub(super) async fn purge_files(catalog: &RedbCatalog, table: &Table) -> Result<
         .await?
         .pop()
         .is_some_and(|o| o == super::Ownership::Owned);
-    let mut walker = ReferenceWalker::default();
+    let mut walker = ReferenceWalker::new(catalog.written_manifests().clone());
     let mut protected = HashSet::new();
     if !owned {
         for neighbour in catalog.neighbours().await? {

@@ -143,7 +143,7 @@ pub struct Maintainer {
 }
 
 /// What compaction keeps across its jobs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct CompactionState {
     /// The parsed manifest lists and manifests compaction reads (its own: in the
     /// background it runs beside the passes).
@@ -155,7 +155,7 @@ struct CompactionState {
     held_by_deletes: HashSet<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     sweeper: Sweeper,
     /// Table → (current snapshot id, manifests it lists) when last read.
@@ -175,18 +175,45 @@ struct State {
     early_log: tally::Tally,
 }
 
+impl CompactionState {
+    fn new(catalog: &RedbCatalog) -> Self {
+        Self {
+            manifests: catalog.manifest_cache(),
+            compacted: HashMap::new(),
+            held_by_deletes: HashSet::new(),
+        }
+    }
+}
+
+impl State {
+    fn new(catalog: &RedbCatalog) -> Self {
+        Self {
+            sweeper: Sweeper::new(crate::catalog::gc::ReferenceWalker::new(
+                catalog.written_manifests().clone(),
+            )),
+            manifests: HashMap::new(),
+            swept_at: HashMap::new(),
+            last_sweep: None,
+            waiting: false,
+            unswept: HashMap::new(),
+            removed_log: tally::Tally::default(),
+            early_log: tally::Tally::default(),
+        }
+    }
+}
+
 impl Maintainer {
     /// A maintainer of every table of `catalog`, recording on `metrics`. Passes run
     /// only when called ([`Self::run_pass`]) or spawned ([`Self::spawn`]).
     pub fn new(catalog: Arc<RedbCatalog>, config: MaintenanceConfig, metrics: Metrics) -> Self {
         Self {
+            state: tokio::sync::Mutex::new(State::new(&catalog)),
+            compaction: tokio::sync::Mutex::new(CompactionState::new(&catalog)),
             catalog,
             config,
             metrics,
             target_file_bytes: 128 << 20,
             budget: None,
-            state: tokio::sync::Mutex::default(),
-            compaction: tokio::sync::Mutex::default(),
             moved_files: std::sync::Mutex::default(),
         }
     }

@@ -162,7 +162,7 @@ impl Maintainer {
             lists,
             names,
             manifests,
-            written_paths = crate::catalog::manifest_cache::written_paths(),
+            written_paths = self.catalog.written_manifests().written_paths(),
             "swept"
         );
     }

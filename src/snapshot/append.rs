@@ -45,7 +45,7 @@ use super::manifests::{
 };
 use super::schema_change::{SchemaChange, evolved_handle};
 use crate::catalog::RedbCatalog;
-use crate::catalog::manifest_cache::{ManifestCache, read_list, remember_list, remember_manifest};
+use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{Stage, Staged, TableChange, WriterRange};
 use crate::storage::blocking::run_blocking_io;
 
@@ -153,12 +153,13 @@ async fn stage_part(
         Some(change) => Some(evolved_handle(catalog, &base, change)?),
         None => None,
     };
+    let written = catalog.written_manifests().clone();
     let (requirements, updates) = run_blocking_io(async move {
         match change {
             Some((evolved, change)) => {
-                stage_evolving_append(evolved, &change, files, properties).await
+                stage_evolving_append(&written, evolved, &change, files, properties).await
             }
-            None => stage_append(&base, files, properties).await,
+            None => stage_append(&written, &base, files, properties).await,
         }
     })
     .await?;
@@ -168,12 +169,14 @@ async fn stage_part(
 /// Stages `data_files` as one append on `table` (module docs): writes its manifest, any
 /// merged manifests and its manifest list, and returns its `(requirements, updates)`.
 /// `properties` go into the snapshot summary beside the computed `added-*` / `total-*`
-/// figures (which win on a collision, as in Java). The catalog is not touched; the
+/// figures (which win on a collision, as in Java). The catalog is not touched (its
+/// `written` manifests aside: [`crate::catalog::RedbCatalog::written_manifests`]); the
 /// files written are orphans until the commit lands.
 ///
 /// # Errors
 /// iceberg's error for a manifest list or manifest that cannot be read or written.
 pub async fn stage_append(
+    written: &Arc<WrittenManifests>,
     table: &Table,
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
@@ -189,24 +192,33 @@ pub async fn stage_append(
     let summary = summary(table, &data_files, properties);
 
     let path = format!("{}/metadata/{commit_uuid}-m0.avro", metadata.location());
-    let added = write_added(table, &path, snapshot_id, sequence_number, data_files).await?;
+    let added = write_added(
+        table,
+        written,
+        &path,
+        snapshot_id,
+        sequence_number,
+        data_files,
+    )
+    .await?;
     // Java puts the new manifest first.
     let mut manifests: Vec<ManifestFile> = vec![added];
     if let Some(parent) = parent {
-        manifests.extend(read_list(table, parent).await?.iter().cloned());
+        manifests.extend(written.read_list(table, parent).await?.iter().cloned());
     }
-    let mut cache = ManifestCache::default();
+    let mut cache = ManifestCache::new(written.clone());
     if let Some(merged) =
         merge_manifests(table, snapshot_id, commit_uuid, 1, &manifests, &mut cache).await?
     {
         manifests = merged.manifests;
     }
 
-    write_snapshot(table, snapshot_id, commit_uuid, manifests, summary).await
+    write_snapshot(table, written, snapshot_id, commit_uuid, manifests, summary).await
 }
 
 /// Writes the manifest of `data_files`, added by snapshot `snapshot_id` (sequence number
-/// `sequence_number`) at `path`, and remembers it as a reader sees it; returns it as the
+/// `sequence_number`) at `path`, and remembers it in `written` as a reader sees it;
+/// returns it as the
 /// manifest list lists it. Shared by the append (`<commit_uuid>-m0.avro`, iceberg's
 /// name) and compaction's outputs.
 ///
@@ -214,6 +226,7 @@ pub async fn stage_append(
 /// iceberg's error when the manifest cannot be written.
 pub(crate) async fn write_added(
     table: &Table,
+    written: &WrittenManifests,
     path: &str,
     snapshot_id: i64,
     sequence_number: i64,
@@ -234,7 +247,7 @@ pub(crate) async fn write_added(
         ));
     }
     let mut added = writer.write_manifest_file().await?;
-    remember_manifest(path, Arc::new(as_read(table, entries)));
+    written.remember_manifest(path, Arc::new(as_read(table, entries)));
     // As the manifest list writer assigns them (table spec, "Sequence Number Inheritance").
     added.sequence_number = sequence_number;
     added.min_sequence_number = sequence_number;
@@ -242,8 +255,8 @@ pub(crate) async fn write_added(
 }
 
 /// Writes the manifest list of snapshot `snapshot_id` — child of `table`'s current
-/// snapshot (if any), listing `manifests`, with `summary` — remembers it
-/// ([`remember_list`]), and returns the commit that makes the snapshot current, as
+/// snapshot (if any), listing `manifests`, with `summary` — remembers it in `written`
+/// ([`WrittenManifests::remember_list`]), and returns the commit that makes the snapshot current, as
 /// iceberg's snapshot producer commits it: the table's uuid and `main` still at the
 /// parent as requirements; `AddSnapshot` and `SetSnapshotRef main` as updates. Shared by
 /// the append and maintenance's `replace` snapshots.
@@ -252,6 +265,7 @@ pub(crate) async fn write_added(
 /// iceberg's error when the manifest list cannot be written.
 pub(crate) async fn write_snapshot(
     table: &Table,
+    written: &WrittenManifests,
     snapshot_id: i64,
     commit_uuid: uuid::Uuid,
     manifests: Vec<ManifestFile>,
@@ -272,7 +286,7 @@ pub(crate) async fn write_snapshot(
     );
     list.add_manifests(manifests.iter().cloned())?;
     list.close().await?;
-    remember_list(
+    written.remember_list(
         &list_path,
         as_listed(manifests, snapshot_id, sequence_number),
     );
@@ -374,12 +388,14 @@ const TOTALS: &[(&str, &str)] = &[
 /// # Errors
 /// iceberg's error from the append (e.g. a manifest write failure).
 pub async fn stage_evolving_append(
+    written: &Arc<WrittenManifests>,
     evolved: Table,
     change: &SchemaChange,
     data_files: Vec<DataFile>,
     properties: HashMap<String, String>,
 ) -> iceberg::Result<(Vec<TableRequirement>, Vec<TableUpdate>)> {
-    let (mut requirements, appended) = stage_append(&evolved, data_files, properties).await?;
+    let (mut requirements, appended) =
+        stage_append(written, &evolved, data_files, properties).await?;
     requirements.push(TableRequirement::CurrentSchemaIdMatch {
         current_schema_id: change.base_schema_id,
     });

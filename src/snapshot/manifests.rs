@@ -23,7 +23,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
 
-use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
+use crate::catalog::manifest_cache::ManifestCache;
 
 /// Table property: merge manifests (Iceberg's; default `true`).
 pub const MERGE_ENABLED_PROPERTY: &str = "commit.manifest-merge.enabled";
@@ -113,10 +113,12 @@ pub(crate) async fn merge_manifests(
             first_name + merged.written
         );
         let (manifest, live) = write_merged(table, snapshot_id, &path, &bin, cache).await?;
-        // Replaced by the merged one, which holds their live entries: keeping both
-        // process-wide held a busy table's file list once per merge
+        // Replaced by the merged one, which holds their live entries: keeping both would
+        // hold a busy table's file list once per merge
         // (`catalog::manifest_cache::RECENT_MANIFEST_BYTES`).
-        forget_manifests(bin.iter().map(|m| m.manifest_path.as_str()));
+        cache
+            .written()
+            .forget_manifests(bin.iter().map(|m| m.manifest_path.as_str()));
         merged.entries += live;
         merged.replaced_bytes += bin
             .iter()
@@ -235,7 +237,9 @@ async fn write_merged(
     }
     let written = writer.write_manifest_file().await?;
     let live = entries.len();
-    remember_manifest(path, Arc::new(as_read(table, entries)));
+    cache
+        .written()
+        .remember_manifest(path, Arc::new(as_read(table, entries)));
     Ok((written, live))
 }
 

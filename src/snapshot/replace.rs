@@ -20,7 +20,7 @@ use super::append::write_added;
 use super::deletes::DeleteIndex;
 use super::manifests::{as_read, entry_as_read, entry_ids, manifest_writer, unique_snapshot_id};
 use super::rewrite_manifests::{carried_totals, replace_snapshot};
-use crate::catalog::manifest_cache::{ManifestCache, forget_manifests, remember_manifest};
+use crate::catalog::manifest_cache::ManifestCache;
 use crate::catalog::{Stage, Staged, TableChange};
 
 /// Data files rewritten into new ones (compaction's runs), not yet committed.
@@ -115,6 +115,7 @@ async fn commit_plan(
     let sequence_number = table.metadata().next_sequence_number();
     let added = write_added(
         table,
+        cache.written(),
         &added_path,
         snapshot_id,
         sequence_number,
@@ -123,8 +124,15 @@ async fn commit_plan(
     .await?;
     out.insert(0, added);
     let properties = summary(current, rewrite);
-    let (requirements, updates) =
-        replace_snapshot(table, snapshot_id, commit_uuid, out, properties).await?;
+    let (requirements, updates) = replace_snapshot(
+        table,
+        cache.written(),
+        snapshot_id,
+        commit_uuid,
+        out,
+        properties,
+    )
+    .await?;
     Ok(Some(Compaction {
         requirements,
         updates,
@@ -221,10 +229,14 @@ async fn without_inputs(
             ));
         }
         out.push(writer.write_manifest_file().await?);
-        remember_manifest(&path, Arc::new(as_read(table, entries)));
+        cache
+            .written()
+            .remember_manifest(&path, Arc::new(as_read(table, entries)));
         // Replaced by the one just written (a merged manifest can hold every live file
-        // of the table: one copy kept process-wide is enough).
-        forget_manifests([manifest.manifest_path.as_str()]);
+        // of the table: one copy kept is enough).
+        cache
+            .written()
+            .forget_manifests([manifest.manifest_path.as_str()]);
     }
     Ok((found == inputs.len()).then_some(out))
 }

@@ -15,7 +15,7 @@ use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
 use super::append::write_snapshot;
 use super::manifests::{merge_manifests, unique_snapshot_id};
-use crate::catalog::manifest_cache::ManifestCache;
+use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{Stage, Staged, TableChange};
 
 /// A written merge, ready to commit.
@@ -74,6 +74,7 @@ pub(crate) async fn plan(
     properties.insert("entries-processed".into(), merged.entries.to_string());
     let (requirements, updates) = replace_snapshot(
         table,
+        cache.written(),
         snapshot_id,
         commit_uuid,
         merged.manifests,
@@ -142,12 +143,13 @@ pub(crate) fn carried_totals(snapshot: &Snapshot) -> HashMap<String, String> {
 /// `table`'s current snapshot, listing `manifests`, summary `properties` — and returns
 /// its commit: the table's uuid and `main` still at the current snapshot as
 /// requirements, `AddSnapshot` and `SetSnapshotRef main` as updates (what iceberg's own
-/// snapshot producer commits).
+/// snapshot producer commits); the list is remembered in `written`.
 ///
 /// # Errors
 /// `Unexpected` for a table without a current snapshot; the manifest list's write error.
 pub(crate) async fn replace_snapshot(
     table: &Table,
+    written: &WrittenManifests,
     snapshot_id: i64,
     commit_uuid: uuid::Uuid,
     manifests: Vec<ManifestFile>,
@@ -163,5 +165,5 @@ pub(crate) async fn replace_snapshot(
         operation: Operation::Replace,
         additional_properties: properties,
     };
-    write_snapshot(table, snapshot_id, commit_uuid, manifests, summary).await
+    write_snapshot(table, written, snapshot_id, commit_uuid, manifests, summary).await
 }

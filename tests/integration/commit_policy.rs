@@ -290,10 +290,14 @@ async fn a_maintenance_pass_overtaken_by_an_append_plans_again_and_keeps_every_r
     )
     .await
     .unwrap();
-    let (requirements, updates) =
-        skade::snapshot::append::stage_append(&table, files, HashMap::new())
-            .await
-            .unwrap();
+    let (requirements, updates) = skade::snapshot::append::stage_append(
+        c.catalog.written_manifests(),
+        &table,
+        files,
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
 
     let pause = c.catalog.pause_commits();
     let outside = {

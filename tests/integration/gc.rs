@@ -273,7 +273,9 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
         .unwrap();
     }
     let table = server.table(&["gc", "walk"]).await;
-    let mut walker = skade::catalog::gc::ReferenceWalker::default();
+    let mut walker = skade::catalog::gc::ReferenceWalker::new(
+        server.running.service.catalog.written_manifests().clone(),
+    );
     let mut referenced = std::collections::HashSet::new();
     walker.references(&table, &mut referenced).await.unwrap();
     let data = files(&server.warehouse().join("gc").join("walk").join("data"));
@@ -293,7 +295,7 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
 }
 
 /// Catches the reference walk reading back (and parsing) the manifest lists and
-/// manifests this process wrote, once more of them were written than the process-wide
+/// manifests its catalog wrote, once more of them were written than the catalog's
 /// parsed caches keep (128 lists): in the soak run that was most of a maintenance pass's
 /// CPU. A second walker, which finds nothing handed over, reads them from the storage
 /// and names the same files.
@@ -313,7 +315,9 @@ async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
     }
     let table = server.table(&["gc", "many"]).await;
     assert_eq!(table.metadata().snapshots().count(), PUTS as usize);
-    let mut walker = skade::catalog::gc::ReferenceWalker::default();
+    let mut walker = skade::catalog::gc::ReferenceWalker::new(
+        server.running.service.catalog.written_manifests().clone(),
+    );
     let mut referenced = std::collections::HashSet::new();
     walker.references(&table, &mut referenced).await.unwrap();
     assert_eq!(
@@ -342,7 +346,8 @@ async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
         .filter(|f| referenced.contains(*f))
         .count();
     assert!(manifests > 100, "{manifests} manifests named");
-    let mut reader = skade::catalog::gc::ReferenceWalker::default();
+    // Another catalog's registry: nothing of this table handed over.
+    let mut reader = skade::catalog::gc::ReferenceWalker::new(Default::default());
     let mut read = std::collections::HashSet::new();
     reader.references(&table, &mut read).await.unwrap();
     assert_eq!(
@@ -351,4 +356,31 @@ async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
         "a walker that finds nothing handed over reads each list and manifest once"
     );
     assert_eq!(read, referenced);
+}
+
+// Catches the registry of written manifests shared by every catalog of the process: one
+// catalog's reference walk would then take (and so lose for its own walk) what another
+// catalog wrote, and both would share one memory bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_catalog_keeps_its_own_written_manifests() {
+    let server = TestServer::start_with(|c| c.maintenance.enabled = false).await;
+    let other = common::open_catalog();
+    let mut client = server.client().await;
+    put(&mut client, &["gc", "own"], vec![synthetic_batch(0, 10)])
+        .await
+        .expect("put");
+    let table = server.table(&["gc", "own"]).await;
+    let snapshot = table.metadata().current_snapshot().expect("a snapshot");
+    let ours = server.running.service.catalog.written_manifests();
+    let theirs = other.catalog.written_manifests();
+    assert!(
+        ours.written_paths() > 0,
+        "the writing catalog holds its manifests' paths for its walk"
+    );
+    assert_eq!(theirs.written_paths(), 0);
+    assert!(
+        theirs.take_written_list(snapshot.manifest_list()).is_none(),
+        "another catalog handed out this catalog's manifest list"
+    );
+    assert!(ours.take_written_list(snapshot.manifest_list()).is_some());
 }

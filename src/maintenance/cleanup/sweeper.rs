@@ -15,7 +15,7 @@ pub(super) struct Removal {
 }
 
 /// The cleanup state kept across sweeps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Sweeper {
     pub(super) walker: ReferenceWalker,
     /// Unreferenced files a sweep keeps, with when it first found each (each
@@ -38,6 +38,19 @@ pub(crate) struct Sweeper {
 pub(super) const REMOVE_CHUNK: usize = 1000;
 
 impl Sweeper {
+    /// A sweeper that has swept nothing yet, walking references with `walker`.
+    pub(crate) fn new(walker: ReferenceWalker) -> Self {
+        Self {
+            walker,
+            unreferenced: FileMap::default(),
+            referenced: HashSet::new(),
+            listed_at: None,
+            listing: None,
+            waiting: WaitingFiles::default(),
+            removal: None,
+        }
+    }
+
     /// Unreferenced files the last sweep kept (waiting for their grace period, pinned, or
     /// young).
     pub(crate) fn kept(&self) -> usize {
