@@ -107,7 +107,7 @@ impl PgStore {
         Ok(outcomes)
     }
 
-    /// 1. Locks every pointer row and every mark row the batch touches, in key order,
+    /// Step 1: Locks every pointer row and every mark row the batch touches, in key order,
     /// and returns them as the batch's view.
     async fn lock_rows(&self, txn: &Transaction<'_>, releases: &[&[Flip]]) -> Result<BatchView> {
         let mut keys: Vec<RowKey> = Vec::new();
@@ -198,7 +198,7 @@ impl PgStore {
         Ok(marks)
     }
 
-    /// 3. Sends a checked release's creates (under a savepoint: a table or location
+    /// Step 3: Sends a checked release's creates (under a savepoint: a table or location
     /// another instance took meanwhile fails this release only) and records its pointer
     /// and mark writes in `view`. The outer error fails the batch; the inner one is the
     /// release's own.
@@ -394,7 +394,7 @@ impl PgStore {
 }
 
 impl BatchView {
-    /// 2. Checks one release against the view as earlier releases of the batch left it:
+    /// Step 2: Checks one release against the view as earlier releases of the batch left it:
     /// its marks start after the stored ones, its compare-and-swaps hold. The release's
     /// own failure (the first flip that does not hold).
     fn check(&self, release: &[Flip]) -> Result<()> {
