@@ -21,9 +21,9 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 const PURGE_DELAY_MS: std::ffi::c_long = 10;
 
 /// Keeps the resident set near the live heap under a fast stream, which frees its
-/// batches at the rate it reads them (`docs/performance.md`, "Memory"): with mimalloc
-/// 3's defaults a 256 MiB budget fed by 8 streams peaked at 1009 MiB of RSS over a 500
-/// MiB live heap, 586 MiB with these settings.
+/// batches at the rate it reads them; under mimalloc 3's defaults it grows well past
+/// the live heap (peak RSS with and without each setting, and what they cost in ingest
+/// speed: `docs/performance.md`, "The allocator and ingest speed").
 ///
 /// - Transparent huge pages off for this process: mimalloc advises its arenas
 ///   `MADV_HUGEPAGE`, so a 64 KiB page first touched in a fresh 2 MiB range makes all

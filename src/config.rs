@@ -36,7 +36,7 @@ pub enum LogFormat {
 #[allow(clippy::large_enum_variant)] // parsed once per process; boxing buys nothing
 pub enum Command {
     /// Run the Flight server: the embedded redb catalog in --data-dir, or a shared one
-    /// with --catalog postgres://… (README, "Running several instances").
+    /// with --catalog postgres://… (docs/several-instances.md).
     Serve(Config),
     /// Remove files no snapshot references (orphans) older than a grace period. On the
     /// embedded catalog the server must be stopped (gc refuses a data dir whose catalog
@@ -111,7 +111,7 @@ pub struct Config {
 }
 
 /// Where the catalog is kept: the embedded redb file (the default) or a PostgreSQL database
-/// shared by several instances (README, "Running several instances").
+/// shared by several instances (docs/several-instances.md).
 #[derive(Debug, Clone, Args)]
 pub struct CatalogConfig {
     /// The catalog: unset, the embedded redb file `catalog.redb` in `--data-dir`;
@@ -153,7 +153,7 @@ pub struct CatalogConfig {
     pub commit_turn: crate::catalog::store::postgres::turns::CommitTurn,
 }
 
-/// Where table data lives: a local directory or an S3 prefix (README, "Object storage").
+/// Where table data lives: a local directory or an S3 prefix (docs/object-storage.md).
 /// S3 credentials come from the standard AWS environment variables or profile.
 #[derive(Debug, Clone, Args)]
 pub struct StorageConfig {
@@ -205,7 +205,7 @@ impl StorageConfig {
 }
 
 /// Online table maintenance: snapshot expiry, manifest merging and file cleanup, run in
-/// the background for every table (README, "Table maintenance").
+/// the background for every table (docs/maintenance.md).
 #[derive(Debug, Clone, Args)]
 pub struct MaintenanceConfig {
     /// Run table maintenance in the background (`true` or `false`).
@@ -335,9 +335,9 @@ pub struct IngestConfig {
     pub max_transactions: NonZeroUsize,
 
     /// Most writer ids (exactly-once producers) the catalog keeps a high-water mark for;
-    /// a put or transaction from one more new writer id gets `ResourceExhausted` (README,
-    /// "Exactly-once"). Checked when the put or commit starts, so puts racing in from
-    /// new writers may pass it by their number.
+    /// a put or transaction from one more new writer id gets `ResourceExhausted`
+    /// (docs/exactly-once.md, "Bounded state"). Checked when the put or commit starts, so
+    /// puts racing in from new writers may pass it by their number.
     #[arg(long, env = "SKADE_MAX_WRITERS", default_value = "100000")]
     pub max_writers: NonZeroUsize,
 

@@ -612,7 +612,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
 /// The Flight listener's connections with `TCP_NODELAY` set. gRPC writes small frames
 /// (acks, headers, trailers); with Nagle's algorithm on, each waits for the peer's delayed
-/// ACK, which put ~40 ms under every short request (`skade-bench -- commit`).
+/// ACK, which adds tens of milliseconds to every short request (`docs/internals.md`,
+/// "Data files and transport").
 fn flight_connections(
     listener: tokio::net::TcpListener,
 ) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {

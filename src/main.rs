@@ -9,8 +9,8 @@ mod allocator;
 
 /// mimalloc instead of glibc's malloc: a long-running server that allocates and frees
 /// per commit (metadata JSON, manifests) keeps its resident set near its live heap with
-/// it; under glibc's per-thread arenas the resident set measured 2.5 times the live
-/// heap after 3,000 commits (`docs/performance.md`, table age). Counted, for the
+/// it, where glibc's per-thread arenas let the resident set grow to a multiple of the
+/// live heap (`docs/performance.md`, "Table age (`table_age` arm)"). Counted, for the
 /// `skade_heap_allocated_bytes` gauge ([`skade::heap`]).
 #[global_allocator]
 static ALLOCATOR: skade::heap::CountingAllocator<mimalloc::MiMalloc> =

@@ -27,9 +27,8 @@ use crate::flight::Service;
 /// streams, in bytes: code, the tokio and rayon threads' stacks and allocator caches,
 /// the catalog and its caches, the encoders' working buffers (one Parquet page per
 /// column being encoded, the dictionaries), compaction's Parquet reader, and the
-/// allocator's slack. Measured at 163 MiB or less over the budget for one stream at
-/// budgets of 128 MiB to 2 GiB (debug and release builds, `docs/performance.md`,
-/// "Memory"), of which 53–98 MiB is RSS over the live heap.
+/// allocator's slack. Chosen with room above the overhead measured at one stream
+/// (current figures: `docs/performance.md`, "Memory").
 pub const FIXED_OVERHEAD_BYTES: u64 = 256 << 20;
 
 /// Per open stream, beyond its largest message: the HTTP/2 receive window of one
@@ -66,14 +65,10 @@ pub const RELEASE_AFTER: Duration = Duration::from_secs(1);
 /// purge found nothing due resets the process-wide deadline; when the reset lands after
 /// the other thread's deadline was set, the arena holds a deadline that the process-wide
 /// one no longer announces, later frees leave both as they are, and every unforced purge
-/// returns early from then on. Only a forced purge clears the arena's deadline and
-/// starts it again. In the 60-minute local soak of 2026-12-06 the resident set stepped
-/// at minute 20.5 and climbed from 235 to 908 MiB by minute 28.7 with the live heap flat
-/// at 90–180 MiB; one `mi_collect(true)` (through gdb) brought it back to 309 MiB within
-/// 30 s and the purge ran normally after it (`docs/performance.md`, "Soak"). The
-/// `memory_purge` bench arm prices it against the same put mix with the purge off, in
-/// one run: a few percent at most, inside the machine's spread (large stream rows/s
-/// 1.02×, tiny put p50 1.06×, server CPU per GiB 1.05×, medians of 5 rounds).
+/// returns early from then on: the resident set grows far past the live heap. Only
+/// a forced purge clears the arena's deadline and starts it again. What the stop looks
+/// like and what the forced purge costs: `docs/performance.md`, "mimalloc's purge stops"
+/// and "The forced purge (`memory_purge` arm)".
 pub const PURGE_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the release task looks at the budget.

@@ -2,7 +2,7 @@
 //! `SKADE_FAULT_KILL_AFTER_COMMITS=n` in its environment, the process SIGKILLs itself
 //! right after its `n`-th durable data commit — after the redb transaction committed and
 //! before any caller learns of it, so before the ack. That is the moment a retrying
-//! producer cannot tell from a failed commit (README, "Exactly-once"); a kill from
+//! producer cannot tell from a failed commit (`docs/exactly-once.md`); a kill from
 //! outside hits it only by chance. Compiled into debug builds (what the tests run) and
 //! into release builds with the `fault-injection` feature only: a production build has
 //! no such hook and ignores the variable.

@@ -376,8 +376,9 @@ pub struct ReferenceWalker {
     names: HashSet<Arc<str>>,
     /// The files each manifest walked names, by manifest path: all a walk needs of a
     /// manifest, kept instead of the parsed manifest. A sweep after a long maintenance
-    /// pass walks every manifest written during it; kept parsed, those held about 2 GiB
-    /// in the soak run (`docs/performance.md`, "Soak").
+    /// pass walks every manifest written during it; kept parsed, those would take
+    /// gigabytes (`docs/performance.md`, "What the soak measured behind maintenance's
+    /// shape").
     files: HashMap<Arc<str>, Arc<[PathBuf]>>,
     /// Lists and manifests walked since [`Self::forget_unused`] last ran.
     walked: HashSet<Arc<str>>,

@@ -151,8 +151,9 @@ const RECENT_MANIFESTS: usize = 512;
 /// Bytes the manifests a catalog keeps hold at most, by [`parsed_bytes`]'s estimate. A
 /// merged manifest holds every live data file of its table, and a busy table writes one
 /// every `commit.manifest.min-count-to-merge` commits: bounded by count alone, the cache
-/// held the last 32 copies of one table's file list (206 MiB of heap at 3,663 live data
-/// files, growing with their square; `docs/performance.md`, "Heap per live data file").
+/// would hold dozens of copies of one table's file list, a heap that grows with the
+/// square of its live data files (`docs/performance.md`, "Heap per live data file
+/// (`live_files` arm)").
 const RECENT_MANIFEST_BYTES: usize = 32 << 20;
 /// A manifest larger than this ([`parsed_bytes`]) is not kept: it would push
 /// out most of the others, and its next reader reads and parses it again.
@@ -213,9 +214,9 @@ impl Recent {
 /// An estimate of the heap a parsed manifest holds, in bytes: per entry, the entry
 /// itself, its data file's path, and a slot of each per-column statistics map (column
 /// sizes, value, null and NaN counts; lower and upper bounds) with the maps' own
-/// allocations. For a 3-column table's entries it gives about 2.3 KiB; heaptrack
-/// counted ≈ 2.4 KiB per such entry held by the cache (`docs/performance.md`, "Heap per
-/// live data file").
+/// allocations. For a 3-column table's entries it gives about 2.3 KiB, close to what
+/// heaptrack counts (`docs/performance.md`, "Heap per live data file (`live_files`
+/// arm)").
 pub(crate) fn parsed_bytes(manifest: &Manifest) -> usize {
     use iceberg::spec::{Datum, ManifestEntry};
     /// A map slot of `(i32, V)` with hashbrown's control byte, at a load of one half.
@@ -254,11 +255,11 @@ const WRITTEN_PATHS: usize = 1 << 20;
 
 /// What the reference walk (`catalog::gc::ReferenceWalker`) needs of the manifest lists
 /// and manifests a catalog wrote and no walk has taken yet: each list's manifest
-/// paths and each manifest's file paths, handed over once ([`take_written_list`],
-/// [`take_written_manifest`]). A busy process writes a manifest list and a manifest per
+/// paths and each manifest's file paths, handed over once ([`WrittenManifests::take_written_list`],
+/// [`WrittenManifests::take_written_manifest`]). A busy catalog writes a manifest list and a manifest per
 /// commit — thousands between two maintenance passes, far more than [`Recent`] keeps —
-/// and reading each back (Avro, with its schema) cost the walk most of the CPU of a
-/// maintenance pass in the soak run (`docs/performance.md`, "Soak").
+/// and reading each back (Avro, with its schema) would be most of a maintenance pass's
+/// CPU (`docs/performance.md`, "What the soak measured behind maintenance's shape").
 #[derive(Default)]
 struct Written {
     lists: HashMap<String, Arc<[Arc<str>]>>,

@@ -1,15 +1,14 @@
 //! The latest parsed metadata of each table, keyed by its metadata location.
 //!
 //! A commit loads its table twice (iceberg's `Transaction::commit` refreshes the base,
-//! then the catalog checks the requirements against the current metadata) and each load
-//! used to read and parse the whole `*.metadata.json` — which grows with the snapshot
-//! count (17 ms per load at 2,000 snapshots on the development VM). The catalog keeps
-//! the metadata it last wrote or read per table instead, and uses it only when the
-//! table's redb pointer still names the same location. The pointer stays the truth: it
-//! is read on every load, and a metadata file is written once under a fresh name
-//! (`<version>-<uuid>.metadata.json`, Iceberg's table spec) and never rewritten, so a
-//! location names one content forever and an entry can only be stale by naming an old
-//! location — which is then a miss, never a wrong answer.
+//! then the catalog checks the requirements against the current metadata), and without
+//! a cache each load reads and parses the whole `*.metadata.json`, which grows with the
+//! snapshot count. The catalog keeps the metadata it last wrote or read per table
+//! instead, and uses it only when the table's redb pointer still names the same
+//! location. The pointer stays the truth: it is read on every load, and a metadata file
+//! is written once under a fresh name (`<version>-<uuid>.metadata.json`, Iceberg's table
+//! spec) and never rewritten, so a location names one content forever and an entry can
+//! only be stale by naming an old location — which is then a miss, never a wrong answer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

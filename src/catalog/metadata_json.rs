@@ -2,10 +2,10 @@
 //!
 //! iceberg 0.10.1 serializes `TableMetadata` by cloning all of it — every snapshot with
 //! its summary map, every schema with its indexes — into its private v1/v2/v3 forms, then
-//! serializing that copy. A commit writes a new metadata JSON, so on a table that keeps
-//! ~100 snapshots (85 KB of JSON) the clone and the write were 13 % of the server's CPU
-//! at one stream of tiny puts (perf; `docs/performance.md`, "Table age"). For format v2
-//! this module serializes the same document from borrowed parts instead.
+//! serializing that copy. A commit writes a new metadata JSON, so every commit pays for
+//! that clone, in proportion to the snapshots the table keeps (its share of the CPU:
+//! `docs/performance.md`, "Table age (`table_age` arm)"). For format v2 this module
+//! serializes the same document from borrowed parts instead.
 //!
 //! One part is not reachable through iceberg's public API: the table's refs (branches
 //! and tags with their retention). They are carried beside the metadata instead

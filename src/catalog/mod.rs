@@ -143,8 +143,8 @@ impl RedbCatalog {
     /// [`store::postgres::turns::CommitTurn::Database`]), tables under `warehouse` — which every instance
     /// sharing the database must reach the same way (one S3 prefix, or one directory
     /// they all mount). Creates or upgrades the catalog's tables (safe from several
-    /// instances at once) and registers this instance ([`store::postgres`], README "Running
-    /// several instances"); renews the registration every
+    /// instances at once) and registers this instance ([`store::postgres`],
+    /// `docs/several-instances.md`); renews the registration every
     /// [`store::postgres::cluster::HEARTBEAT_EVERY`] while the catalog lives.
     ///
     /// Must be called inside a tokio runtime with timers enabled.

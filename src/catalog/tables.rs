@@ -146,8 +146,8 @@ impl RedbCatalog {
     /// Forgets every writer id whose last commit is older than `idle` (its high-water
     /// marks in every table), in one transaction of the store; returns the ids forgotten.
     /// A forgotten producer that comes back is a new one: its sequences start afresh,
-    /// and a replay of batches committed before it was forgotten lands again (README,
-    /// "Exactly-once").
+    /// and a replay of batches committed before it was forgotten lands again
+    /// (`docs/exactly-once.md`, "Bounded state").
     ///
     /// # Errors
     /// The store's error; nothing is forgotten then.

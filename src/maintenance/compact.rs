@@ -46,9 +46,9 @@ pub const MAX_INPUT_FILES: usize = 64;
 /// [`MAX_INPUT_FILES`], at most 512 input files per table per pass.
 pub const MAX_RUNS: usize = 8;
 /// Inputs of a run fetched ahead of the one being decoded. On object storage each
-/// input is a request round trip: read one after another, the soak's small files took
-/// ≈ 103 ms each on s3s-fs and compaction fell behind the puts (`docs/performance.md`,
-/// "Ten minutes on S3 with compaction reading ahead").
+/// input is a request round trip: read one after another, compaction falls behind a
+/// busy table's small files (`docs/performance.md`, "Ten minutes on S3 with compaction
+/// reading ahead").
 pub const READ_AHEAD_FILES: usize = 8;
 /// A compacted file's row groups are cut at this many Arrow bytes of rows (or at the
 /// Parquet row-count limit, whichever comes first), and the reader of a run waits while
@@ -351,8 +351,8 @@ mod tests {
     use std::sync::Arc;
 
     /// Catches compaction's reader running ahead of a slow encoder: with rayon busy (here
-    /// held), the rows it decoded queued behind the encodes without bound, outside the
-    /// run's reservation (a 2 GiB put at a 256 MiB budget peaked at 1.1 GiB).
+    /// held), the rows it decoded queue behind the encodes without bound, outside the
+    /// run's reservation, and the server's resident set passes its bound.
     #[test]
     fn the_reader_waits_for_the_encoder() {
         let schema = Arc::new(

@@ -1,10 +1,11 @@
 //! A map from file paths to values that keeps each directory's path once.
 //!
 //! The cleanup sweeper keeps one entry per unreferenced file waiting out its grace
-//! period: about 300,000 at the soak's load (`docs/performance.md`, "Soak"). Keyed by a
-//! full `PathBuf`, every entry carried its own copy of the warehouse, namespace and table
-//! directories (≈ 100 bytes of a ≈ 150-byte path); here an entry holds its directory's
-//! number and its file name, and the directories are kept once.
+//! period, hundreds of thousands under a busy load (`docs/performance.md`, "The heap at
+//! the end of an hour"). Keyed by a full `PathBuf`, every entry would carry its own copy
+//! of the warehouse, namespace and table directories (≈ 100 bytes of a ≈ 150-byte path);
+//! here an entry holds its directory's number and its file name, and the directories are
+//! kept once.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -144,12 +145,11 @@ impl<V> FileMap<V> {
 
     /// Gives back the memory of a hash table sized for more files than it holds now,
     /// keeping room for a quarter more: a hash table never shrinks by itself, and the
-    /// files waiting out the cleanup grace overshoot while it first fills (the
-    /// 40-minute soak: 240,000 at 10 minutes, 180,000–200,000 after), which left the
-    /// table at twice the size it needed for the rest of the run (≈ 18 MiB more,
-    /// heaptrack: `docs/performance.md`, "The heap at the end of an hour"). A no-op
-    /// unless the table would shrink, so the room kept is also the hysteresis: it
-    /// grows again only a quarter past what it holds.
+    /// files waiting out the cleanup grace overshoot while the grace first fills, which
+    /// would leave the table at up to twice the size it needs from then on
+    /// (`docs/performance.md`, "The heap at the end of an hour"). A no-op unless the
+    /// table would shrink, so the room kept is also the hysteresis: it grows again only
+    /// a quarter past what it holds.
     pub(super) fn shrink_to_fit_loosely(&mut self) {
         let room = self.files.len() + self.files.len() / 4;
         self.files.shrink_to(room);

@@ -1,6 +1,6 @@
 //! Online table maintenance: snapshot expiry, manifest merging, small-file compaction and
-//! file cleanup, run in the background by the server for every table (README, "Table
-//! maintenance").
+//! file cleanup, run in the background by the server for every table
+//! (`docs/maintenance.md`).
 //!
 //! A [`Maintainer`] runs a *pass* every `--maintenance-interval`. For each table, under
 //! this process's commit turn on the table ([`RedbCatalog::commit_turns`], so in-process
@@ -227,7 +227,8 @@ impl Maintainer {
 
     /// Makes compaction hold the bytes it reads and writes against `budget` (the
     /// server's `--memory-budget`, shared with the streams), so table maintenance stays
-    /// within the process's memory bound (README, "Memory and backpressure").
+    /// within the process's memory bound ([`crate::memory::rss_bound`];
+    /// `docs/performance.md`, "Memory").
     pub fn with_memory_budget(mut self, budget: crate::write::MemoryBudget) -> Self {
         self.budget = Some(budget);
         self
@@ -239,9 +240,10 @@ impl Maintainer {
     /// (so when the task has ended, nothing of it still uses the catalog).
     ///
     /// Compaction runs in a task of its own on the same schedule, so that expiry, merging
-    /// and cleanup never wait for rows being rewritten: in the soak run compaction was
-    /// two thirds of a pass, and a pass that took longer expired snapshots less often,
-    /// which made every commit's metadata JSON bigger (`docs/performance.md`, "Soak").
+    /// and cleanup never wait for rows being rewritten: inside a pass compaction would
+    /// take most of it, and a longer pass expires snapshots less often, which makes every
+    /// commit's metadata JSON bigger (`docs/performance.md`, "What the soak measured
+    /// behind maintenance's shape").
     /// The returned task ends once both have.
     pub fn spawn(self: Arc<Self>, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let passes = {

@@ -116,11 +116,10 @@ impl FileStore {
     }
 
     /// Every file under `dir`, recursively, as cheaply as the store names them: on the
-    /// local filesystem by path alone (a directory read, no `lstat` per file: at 190,000
-    /// files under the soak's load the `lstat`s took most of a listing's 8 s,
-    /// `docs/performance.md`), on an object store with the size and modification time
-    /// its listing gives anyway. None when `dir` does not exist; symbolic links are
-    /// neither followed nor listed.
+    /// local filesystem by path alone (a directory read, no `lstat` per file: those would
+    /// be most of a large listing's time, `docs/performance.md`, "Judging a listing"), on
+    /// an object store with the size and modification time its listing gives anyway.
+    /// None when `dir` does not exist; symbolic links are neither followed nor listed.
     ///
     /// # Errors
     /// [`StorageError::Io`] or [`StorageError::Store`] when the listing failed.
@@ -347,7 +346,7 @@ mod tests {
     /// Catches a listing that names a directory, a symbolic link or a file of a
     /// directory it does not descend into, and a look at files (`stat`) that fails when
     /// one it was given is gone — removed between the listing that named it and the look
-    /// (the 30-minute soak's cleanup failed 43 times so, its removals beside it).
+    /// (cleanup's removals run beside its listings, so this happens).
     #[tokio::test]
     async fn a_listing_names_regular_files_and_a_look_leaves_out_the_gone() {
         let dir = tempfile::tempdir().expect("temp dir");

@@ -1,4 +1,5 @@
-//! Where a catalog's tables live: a local directory or an S3 prefix; README "Object storage".
+//! Where a catalog's tables live: a local directory or an S3 prefix
+//! (`docs/object-storage.md`).
 //!
 //! A local warehouse is written through [`crate::storage::local::WarehouseStorage`] and made
 //! durable by one `syncfs(2)` before each pointer flip ([`crate::storage::durable`]). An S3

@@ -68,7 +68,8 @@ pub trait FileSink {
 /// Iceberg's table property for the target size of a data file, in bytes (Iceberg spec,
 /// "Table Properties", `write.target-file-size-bytes`). When a table sets it, skade's
 /// batcher cuts that table's files at it (measured like `--target-file-size`, in Arrow
-/// bytes of rows) and compaction aims at it (README, "Table maintenance").
+/// bytes of rows) and compaction aims at it (`docs/maintenance.md`, "Properties and
+/// flags").
 pub const TARGET_FILE_SIZE_PROPERTY: &str = "write.target-file-size-bytes";
 
 /// `table`'s target data file size in bytes: its [`TARGET_FILE_SIZE_PROPERTY`] when that

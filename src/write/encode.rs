@@ -135,7 +135,8 @@ pub fn writer_properties_for(
 pub const TUNED_WRITER: &str = "skade.parquet.tuned-writer";
 
 /// skade's default Parquet layout, chosen for encode speed without losing what readers
-/// need (measured by `skade-bench -- ingest`, docs/performance.md):
+/// need (measured by `skade-bench -- ingest`: `docs/performance.md`, "Ingest (`ingest`
+/// arm)"):
 /// - column-chunk statistics instead of per-page ones: the footer keeps every column's
 ///   min/max/null count (Iceberg's file-level bounds and row-group pruning), without the
 ///   per-page work;

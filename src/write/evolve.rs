@@ -1,5 +1,5 @@
 //! Schema evolution on ingest, opt-in per table with the property
-//! [`EVOLVE_SCHEMA`]` = true` (README "Schema evolution on ingest").
+//! [`EVOLVE_SCHEMA`]` = true` (`docs/schema-evolution.md`).
 //!
 //! When a stream starts, its Arrow schema is compared with the table's current schema by
 //! top-level column name ([`plan`]):

@@ -2,11 +2,12 @@
 //!
 //! A 128 MiB data file encoded by one `ArrowWriter` uses one core; a streaming put has
 //! only one or two files in flight, so the other cores idle while it is encoded
-//! (`skade-bench -- ingest`, docs/performance.md). This encoder cuts the file's batches
-//! into row groups exactly as `ArrowWriter::write` does (at `max_row_group_row_count`
-//! rows, splitting batches), encodes every (row group, top-level column) pair as its own
-//! rayon task with parquet-rs's `ArrowColumnWriter`s (the parallel-encoding pattern
-//! parquet-rs documents on `ArrowColumnWriter`), and appends the chunks in schema order.
+//! (`skade-bench -- ingest`; `docs/performance.md`, "Ingest (`ingest` arm)"). This
+//! encoder cuts the file's batches into row groups exactly as `ArrowWriter::write` does
+//! (at `max_row_group_row_count` rows, splitting batches), encodes every (row group,
+//! top-level column) pair as its own rayon task with parquet-rs's `ArrowColumnWriter`s
+//! (the parallel-encoding pattern parquet-rs documents on `ArrowColumnWriter`), and
+//! appends the chunks in schema order.
 //! The result is byte-identical to what iceberg's `ParquetWriter` (an `ArrowWriter` with
 //! the same properties) writes for the same batches; `tests/integration/parallel_encode.rs` pins
 //! that, and the file's Iceberg metrics come from its footer ([`super::file_stats`]).
@@ -405,7 +406,7 @@ impl FileEncoder {
     ///
     /// Each column chunk is freed once it is written, so the file is never whole in
     /// memory: what this holds beyond the rows' encoded chunks is `out`'s own buffer
-    /// (`README`, "Memory").
+    /// (`docs/performance.md`, "Memory").
     ///
     /// # Errors
     /// An iceberg error wrapping the Parquet error (e.g. a batch column whose type does

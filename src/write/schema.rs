@@ -1,4 +1,4 @@
-//! Arrow ↔ Iceberg schema rules for ingest (docs: README "Arrow types").
+//! Arrow ↔ Iceberg schema rules for ingest (`docs/arrow-types.md`).
 //!
 //! A new table's Iceberg schema comes from the stream's Arrow schema with field ids
 //! assigned from 1 and nullability kept; each Arrow type becomes the Iceberg type

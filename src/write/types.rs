@@ -1,5 +1,5 @@
 //! Which Iceberg type each Arrow type becomes when a stream creates a table, and why the
-//! ones Iceberg cannot hold are refused (the README's "Arrow types" table is this
+//! ones Iceberg cannot hold are refused (the table in `docs/arrow-types.md` is this
 //! module's `storage_type` in prose).
 //!
 //! The walk is ours, not iceberg's converter's: every refusal names the column path

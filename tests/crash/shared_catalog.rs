@@ -1,5 +1,5 @@
 //! Scenario: three instances of the real binary on ONE PostgreSQL catalog and ONE local
-//! warehouse directory (README, "Running several instances"). Six exactly-once producers
+//! warehouse directory (`docs/several-instances.md`). Six exactly-once producers
 //! spread over all three — three into one shared table, three into tables of their own —
 //! while one instance at a time is SIGKILLed and started again, and once the database
 //! itself is stopped (`pg_ctl stop -m immediate`) and started again mid-run. A producer

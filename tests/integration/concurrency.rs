@@ -284,7 +284,8 @@ async fn a_transaction_racing_a_put_on_one_of_its_tables_both_land() {
     })
     .await;
     // Both tables exist (without snapshots) before the race: a transaction that creates
-    // a table another writer creates meanwhile fails `AlreadyExists` (README, Lane 2).
+    // a table another writer creates meanwhile fails `AlreadyExists` (`docs/SERVICE.md`,
+    // "Lane 2 — atomic multi-table flush (Flight SQL, ADBC-compatible)").
     let mut client = server.client().await;
     for table in ["a", "b"] {
         put_with_schema(&mut client, &["race", table], synthetic_schema(), vec![])

@@ -256,9 +256,9 @@ async fn gc_refuses_a_live_servers_data_dir() {
 }
 
 /// Catches the reference walk (online cleanup's sweeps, `skade gc`, purge) keeping every
-/// parsed manifest it read until the next sweep: in the soak run a long maintenance
-/// pass made those hold about 2 GiB. The walk must still name every data file, and
-/// keep only paths.
+/// parsed manifest it read until the next sweep: after a long maintenance pass those
+/// would take gigabytes (`docs/performance.md`, "What the soak measured behind
+/// maintenance's shape"). The walk must still name every data file, and keep only paths.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
     let server = TestServer::start_with(|c| c.maintenance.enabled = false).await;
@@ -296,9 +296,9 @@ async fn the_reference_walk_names_every_file_and_keeps_no_parsed_manifest() {
 
 /// Catches the reference walk reading back (and parsing) the manifest lists and
 /// manifests its catalog wrote, once more of them were written than the catalog's
-/// parsed caches keep (128 lists): in the soak run that was most of a maintenance pass's
-/// CPU. A second walker, which finds nothing handed over, reads them from the storage
-/// and names the same files.
+/// parsed caches keep (128 lists): under a busy load that would be most of a
+/// maintenance pass's CPU. A second walker, which finds nothing handed over, reads them
+/// from the storage and names the same files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_walk_reads_back_nothing_this_process_wrote() {
     const PUTS: i64 = 140;

@@ -212,11 +212,11 @@ async fn host_names_are_accepted_as_addresses() {
     assert!(status.success(), "{status}");
 }
 
-/// A data dir whose tables live in one warehouse, served with another (the README's S3
-/// quickstart run on the first example's `./skade-data`): the start is refused naming the
-/// data dir, the warehouse and the table, instead of serving `ready` while every load of
-/// that table fails. Catches: a server that starts (and reports ready) with tables it
-/// cannot load.
+/// A data dir whose tables live in one warehouse, served with another (the S3 quickstart,
+/// `docs/object-storage.md`, "Quickstart", run on the README's first example's
+/// `./skade-data`): the start is refused naming the data dir, the warehouse and the
+/// table, instead of serving `ready` while every load of that table fails. Catches: a
+/// server that starts (and reports ready) with tables it cannot load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_table_outside_the_configured_warehouse_stops_the_start_naming_it() {
     let server = TestServer::start().await;

@@ -1,5 +1,5 @@
-//! Two in-process servers on one PostgreSQL catalog and one warehouse directory (README,
-//! "Running several instances"), and what `--catalog` refuses at start.
+//! Two in-process servers on one PostgreSQL catalog and one warehouse directory
+//! (`docs/several-instances.md`), and what `--catalog` refuses at start.
 
 use std::sync::Arc;
 

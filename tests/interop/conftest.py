@@ -437,7 +437,7 @@ def skade_pg_server(
 ) -> Iterator[SkadeServer]:
     """``skade serve --catalog postgres://...`` with a catalog database of its own in the
     session's PostgreSQL cluster and its warehouse at ``s3://S3_BUCKET/pg`` on moto: the
-    shape several instances share (README, "Running several instances")."""
+    shape several instances share (``docs/several-instances.md``)."""
     database = postgres_database("interop")
     yield from launch_skade(
         tmp_path_factory.mktemp("skade-pg"),

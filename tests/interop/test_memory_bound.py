@@ -1,14 +1,13 @@
-"""Interop: the server's resident set stays within the bound the README states for
-``--memory-budget``, against a real ``skade serve`` process (``conftest.py``) fed by
-pyarrow over Flight.
+"""Interop: the server's resident set stays within the bound ``docs/performance.md``
+("Memory") states for ``--memory-budget``, against a real ``skade serve`` process
+(``conftest.py``) fed by pyarrow over Flight.
 
 Each test starts its own server with ``--memory-budget 256MiB`` (so the peak it reads
 is that stream's alone), streams 2 GiB of Arrow in one ``DoPut`` and reads the server's
 ``VmHWM`` (Linux's peak resident set, ``/proc/<pid>/status``): once into an
 unpartitioned table and once into a table partitioned by ``bucket(32, id)``, where
-every batch fans out to all 32 partitions. The bound is the README's
-(``skade::memory::rss_bound``): budget + 256 MiB + per stream 16 MiB + 3 × its largest
-message.
+every batch fans out to all 32 partitions. The bound is ``skade::memory::rss_bound``:
+budget + 256 MiB + per stream 16 MiB + 3 × its largest message.
 
 After the stream, the server must return its freed memory to the operating system
 within ``RELEASED_WITHIN_S`` of the budget going idle (``skade_memory_reserved_bytes``
@@ -38,18 +37,18 @@ MIB = 1 << 20
 BUDGET = 256 * MIB
 STREAMED = 2 << 30
 BATCH_ROWS = 65_536
-# README, "Memory" (src/memory.rs): peak RSS <= budget + FIXED + streams x (WINDOW + 3 x message).
+# docs/performance.md, "Memory" (src/memory.rs): peak RSS <= budget + FIXED + streams x (WINDOW + 3 x message).
 FIXED_OVERHEAD = 256 * MIB
 STREAM_WINDOW = 16 * MIB
-# Freed memory goes back to the OS once the budget has been idle 1 s (README): within
-# a few seconds of that the server is back near its idle size (36-77 MiB here).
+# Freed memory goes back to the OS once the budget has been idle 1 s (docs/writing.md):
+# within a few seconds of that the server is back near its idle size, well under IDLE_RSS.
 RELEASED_WITHIN_S = 5.0
 IDLE_RSS = 128 * MIB
 # The live heap once the stream and its compaction are done: back within this of where
 # it was before (caches of the table's manifests and metadata stay).
 HEAP_SETTLED = 32 * MIB
 # How long compaction may go on after the stream before the test gives up waiting for
-# the budget to go idle (a debug server on a loaded 2-core machine took 20 s).
+# the budget to go idle (a debug server on a loaded 2-core machine can take 20 s).
 SETTLE_S = 300.0
 
 

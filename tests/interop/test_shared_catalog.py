@@ -2,8 +2,8 @@
 
 Each test starts its own ``skade serve --catalog postgres://...`` servers on a fresh
 database (``postgres_database``) and one warehouse directory they all see (``--warehouse
-<dir>``), and checks what a user of a shared catalog relies on (README, "Running several
-instances"):
+<dir>``), and checks what a user of a shared catalog relies on
+(``docs/several-instances.md``):
 
 * pyiceberg's ``SqlCatalog`` on the same database and catalog name (``--catalog-name``,
   default ``skade``) reads skade's tables equal to what went over Flight ``DoPut``, and

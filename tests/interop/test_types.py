@@ -1,6 +1,6 @@
 """Interop: every Arrow type pyarrow can build lands exactly or is refused by name.
 
-The README's "Arrow types" table (between ``<!-- arrow-types:begin -->`` and
+The type table of ``docs/arrow-types.md`` (between ``<!-- arrow-types:begin -->`` and
 ``<!-- arrow-types:end -->``) is this test's input: each row names a pyarrow type
 expression and the Iceberg type it must become, or ``refused``. For each row, against
 a real ``skade serve`` and real clients:
@@ -32,22 +32,22 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.types import ListType, MapType, StructType
 
-README = Path(__file__).resolve().parents[2] / "docs" / "arrow-types.md"
+ARROW_TYPES_DOC = Path(__file__).resolve().parents[2] / "docs" / "arrow-types.md"
 ROW = re.compile(r"^\| `(?P<expr>[^`]+)` \| (?P<iceberg>[^|]+?) \| (?P<notes>[^|]*)\|$")
 UTC = dt.timezone.utc
 INVALID = "Flight returned invalid argument error"
 
 
 def type_table() -> list[tuple[str, str]]:
-    """``(pyarrow expression, Iceberg type or "refused")`` for every README row."""
-    text = README.read_text()
+    """``(pyarrow expression, Iceberg type or "refused")`` for every row of the table."""
+    text = ARROW_TYPES_DOC.read_text()
     body = text.split("<!-- arrow-types:begin -->", 1)[1].split("<!-- arrow-types:end -->", 1)[0]
     rows = []
     for line in body.splitlines():
         m = ROW.match(line.strip())
         if m:
             rows.append((m["expr"], m["iceberg"].strip().strip("`")))
-    assert len(rows) > 50, "the README's type table is missing or unreadable"
+    assert len(rows) > 50, "docs/arrow-types.md's type table is missing or unreadable"
     return rows
 
 
@@ -144,7 +144,7 @@ def plain(value):
 
 
 def iceberg_name(t) -> str:
-    """pyiceberg's type as the README writes it (no field ids, no `optional`)."""
+    """pyiceberg's type as docs/arrow-types.md writes it (no field ids, no `optional`)."""
     if isinstance(t, ListType):
         return f"list<{iceberg_name(t.element_type)}>"
     if isinstance(t, MapType):
@@ -210,8 +210,8 @@ def read_back(catalog, namespace: str, name: str) -> pa.Table:
 
 @pytest.mark.parametrize("expr,iceberg", TYPES, ids=[e for e, _ in TYPES])
 def test_every_arrow_type_lands_exactly_or_is_refused_by_name(client, catalog, expr, iceberg):
-    """Catches any type whose README row is not what the server does."""
-    t = eval(expr, {"pa": pa})  # the README's own expressions
+    """Catches any type whose row in docs/arrow-types.md is not what the server does."""
+    t = eval(expr, {"pa": pa})  # the table's own expressions
     column = sample(t)
     table = pa.table({"c": column})
     name = "t_" + re.sub(r"[^A-Za-z0-9]+", "_", expr).strip("_")[:100]

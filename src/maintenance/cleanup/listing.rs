@@ -104,9 +104,9 @@ pub(super) fn task_failed(what: &'static str, e: tokio::task::JoinError) -> GcEr
 /// from the references alone — the files referenced at the last sweep and not now — so
 /// their cost follows the table's live files and the files that just lost their
 /// reference, not every file still waiting out its grace period (a listing reads all of
-/// those: 3.3 s of a 12 s pass with 90,000 waiting, `docs/performance.md`, "Soak"). A
-/// leftover is therefore removed at most a quarter of the grace, plus one listing,
-/// late.
+/// those, seconds of work under a busy load: `docs/performance.md`, "What the soak
+/// measured behind maintenance's shape"). A leftover is therefore removed at most a
+/// quarter of the grace, plus one listing, late.
 pub(super) const LISTING_EVERY: Duration = Duration::from_secs(30);
 
 /// The files a listing (`found`) named without their size and modification time that

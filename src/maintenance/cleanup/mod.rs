@@ -40,11 +40,11 @@
 //! until the rest fit (`skade_files_deleted_early_total`).
 //!
 //! The removals run in a task of their own, beside the maintenance passes: a pass never
-//! waits for unlinks (on ext4 under the soak's load ≈ 0.35 ms each, and a sweep can
-//! find 100,000 files due at once), and the next sweep starts once they are done. So do
-//! the listings: an object store that lists slowly (s3s-fs: 5.7 s for 8,860 keys) held
-//! every pass's expiry and metadata cleanup for as long (`docs/performance.md`, "Ten
-//! minutes on S3").
+//! waits for unlinks (one per file, and a sweep can find many thousands due at
+//! once), and the next sweep starts once they are done. So do the listings: inside a
+//! pass, an object store that lists slowly would hold every pass's expiry and metadata
+//! cleanup for as long (`docs/performance.md`, "What the soak measured behind
+//! maintenance's shape" and "Ten minutes on S3 with compaction reading ahead").
 //!
 //! What it removes is therefore what snapshot expiry, manifest merging and the metadata
 //! log's trimming (`write.metadata.previous-versions-max`) dropped, and the leftovers of
@@ -490,9 +490,9 @@ mod tests {
     }
 
     /// Catches: a listing of a local warehouse that looks up every file it names again
-    /// (one `lstat` each: most of a listing's 8 s at 190,000 files under the soak's
-    /// load) instead of only those no sweep has found before; and a listing that gives
-    /// sizes for free (an object store's) whose sizes are dropped.
+    /// (one `lstat` each, most of a large listing's time) instead of only those no sweep
+    /// has found before; and a listing that gives sizes for free (an object store's)
+    /// whose sizes are dropped.
     #[tokio::test]
     async fn a_listing_looks_up_only_the_files_it_is_the_first_to_find() {
         let dir = tempfile::tempdir().unwrap();

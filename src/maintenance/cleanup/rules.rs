@@ -119,9 +119,10 @@ pub(super) struct Rules<'a> {
     pub(super) limits: Limits,
     pub(super) oldest_pin: Option<SystemTime>,
     /// Directory → its place ([`Self::place`]), worked out once per directory: a sweep
-    /// that judges a listing asks for every file of it (190,000 in the soak), and
-    /// comparing each file with every location, component by component, took 4 s of
-    /// a runtime thread (`docs/performance.md`, "Judging a listing").
+    /// that judges a listing asks for every file of it (hundreds of thousands under a
+    /// busy load), and comparing each file with every location, component by component,
+    /// would hold a runtime thread for seconds (`docs/performance.md`, "Judging a
+    /// listing").
     /// (A mutex only so a sweep's future stays `Send`: one task uses it.)
     pub(super) places: Mutex<HashMap<PathBuf, Option<Place>>>,
 }

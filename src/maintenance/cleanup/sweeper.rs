@@ -4,9 +4,9 @@
 use super::*;
 
 /// Files a sweep decided to remove, being removed in a task of their own so the pass
-/// does not wait for the unlinks (at ≈ 0.3 ms each on ext4 under load, the 100,000
-/// files a sweep can remove when what waits passes `--cleanup-max-waiting` took the
-/// pass half a minute: `docs/performance.md`, "Soak").
+/// does not wait for the unlinks (one per file, and a sweep can remove many thousands
+/// at once when what waits passes `--cleanup-max-waiting`: `docs/performance.md`, "What
+/// the soak measured behind maintenance's shape").
 #[derive(Debug)]
 pub(super) struct Removal {
     pub(super) task: tokio::task::JoinHandle<Result<(), crate::storage::StorageError>>,
@@ -19,7 +19,7 @@ pub(super) struct Removal {
 pub(crate) struct Sweeper {
     pub(super) walker: ReferenceWalker,
     /// Unreferenced files a sweep keeps, with when it first found each (each
-    /// directory's path kept once: ≈ 300,000 files wait at the soak's load).
+    /// directory's path kept once: hundreds of thousands may wait under a busy load).
     pub(super) unreferenced: FileMap<Waiting>,
     /// Every file referenced at the last sweep, and since by a table version a pass
     /// observed ([`Self::observe`]).
@@ -310,8 +310,8 @@ async fn judge_ended(
 ///
 /// Without sorting the waiting files: those one sweep found share their `since`, so the
 /// cap's cut is found among the totals of a few hundred sweeps and only the files of the
-/// sweep it falls in are sorted (sorting all ≈ 300,000 files every sweep, once the
-/// soak's waiting bytes reached the cap, took ≈ 30 ms of a runtime thread a second).
+/// sweep it falls in are sorted (sorted whole, every sweep would cost a runtime thread
+/// work in proportion to all the waiting files once the waiting bytes reach the cap).
 pub(super) fn decide(
     seen: &mut FileMap<Waiting>,
     rules: &Rules<'_>,

@@ -1,5 +1,5 @@
 //! The catalog's durable state in a shared PostgreSQL database, for several skade
-//! instances serving the same tables (README, "Running several instances").
+//! instances serving the same tables (`docs/several-instances.md`).
 //!
 //! Table pointers and namespace properties live in the Iceberg JDBC catalog's own tables
 //! (`iceberg_tables`, `iceberg_namespace_properties`: Java's

@@ -1,6 +1,6 @@
 //! TLS to the catalog database, asked for the libpq way in the `--catalog` URL:
 //! `sslmode` and `sslrootcert` (PostgreSQL docs, "libpq — Connection Strings" and "SSL
-//! Support"; README "Running several instances").
+//! Support"; `docs/several-instances.md`, "TLS").
 //!
 //! - `sslmode=require`, `verify-ca` or `verify-full`: every connection is TLS (rustls,
 //!   the ring provider), and the server's certificate is verified against the roots in
