@@ -254,10 +254,11 @@ pub(crate) fn parsed_bytes(manifest: &Manifest) -> usize {
 const WRITTEN_PATHS: usize = 1 << 20;
 
 /// What the reference walk (`catalog::gc::ReferenceWalker`) needs of the manifest lists
-/// and manifests a catalog wrote and no walk has taken yet: each list's manifest
-/// paths and each manifest's file paths, handed over once ([`WrittenManifests::take_written_list`],
-/// [`WrittenManifests::take_written_manifest`]). A busy catalog writes a manifest list and a manifest per
-/// commit — thousands between two maintenance passes, far more than [`Recent`] keeps —
+/// and manifests a catalog wrote and no walk has taken yet: each list's manifest paths
+/// and each manifest's file paths, handed over once
+/// ([`WrittenManifests::take_written_list`], [`WrittenManifests::take_written_manifest`]).
+/// A busy catalog writes a manifest list and a manifest per commit — thousands between
+/// two maintenance passes, far more than [`Recent`] keeps —
 /// and reading each back (Avro, with its schema) would be most of a maintenance pass's
 /// CPU (`docs/performance.md`, "What the soak measured behind maintenance's shape").
 #[derive(Default)]
