@@ -21,6 +21,7 @@ pub mod proto;
 pub mod read;
 pub mod rest;
 pub mod snapshot;
+pub mod sql;
 pub mod storage;
 pub mod tls;
 pub mod write;
