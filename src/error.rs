@@ -161,6 +161,15 @@ pub enum Error {
     /// status's message only, never its source's `Debug` form.
     #[error("{}", .0.message())]
     Transport(Box<Status>),
+    /// A Flight SQL statement was refused, or failed while it ran.
+    #[error(transparent)]
+    Sql(#[from] Box<crate::sql::SqlError>),
+}
+
+impl From<crate::sql::SqlError> for Error {
+    fn from(e: crate::sql::SqlError) -> Self {
+        Self::Sql(Box::new(e))
+    }
 }
 
 impl From<WriteError> for Error {
@@ -211,8 +220,124 @@ impl Error {
             Error::Internal { .. } => Code::Internal,
             Error::ClientGone { .. } => Code::Cancelled,
             Error::Transport(status) => return *status.clone(),
+            Error::Sql(e) => sql_code(e),
         };
-        Status::new(code, redact(self.to_string()))
+        Status::new(code, redact(describe(&self)))
+    }
+}
+
+/// The gRPC code of a refused or failed statement: the statement's faults are
+/// InvalidArgument (NotFound for an unknown table), an evaluation failure Internal.
+fn sql_code(e: &crate::sql::SqlError) -> Code {
+    use crate::sql::SqlError;
+    match e {
+        SqlError::Parse { .. }
+        | SqlError::Unsupported { .. }
+        | SqlError::UnknownColumn { .. }
+        | SqlError::BadValue { .. }
+        | SqlError::Parameters { .. }
+        | SqlError::BadHandle { .. } => Code::InvalidArgument,
+        SqlError::UnknownTable { .. } => Code::NotFound,
+        SqlError::Eval { .. } => Code::Internal,
+    }
+}
+
+/// `e` and its causes as one line in skade's words: where the message embeds an iceberg
+/// or OpenDAL error's own rendering (`Unexpected, context: { … } => message, source: …`),
+/// that rendering is replaced by its message, its context in parentheses and its causes,
+/// each said once; a cause that only marks an error's class (an I/O error made from its
+/// kind alone, such as the `not connected` a catalog database outage carries) is left
+/// out. Statuses and logs show this, never the libraries' `Kind => message` form.
+pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(words) = own_words(c) {
+            let raw = c.to_string();
+            if text.contains(&raw) {
+                text = text.replace(&raw, &words);
+            } else if !text.contains(&words) {
+                text = format!("{text}: {words}");
+            }
+            break;
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// An iceberg or OpenDAL error in skade's words (see [`describe`]); `None` for others.
+fn own_words(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let (mut out, mut cause) = if let Some(ice) = iceberg_error(e) {
+        let mut out = ice.message().to_string();
+        if let Some(context) = iceberg_context(ice) {
+            out = format!("{out} ({context})");
+        }
+        (out, std::error::Error::source(ice))
+    } else if let Some(dal) = e.downcast_ref::<opendal::Error>() {
+        let kind = match dal.kind() {
+            opendal::ErrorKind::Unexpected => String::new(),
+            other => format!("{}: ", kind_words(other)),
+        };
+        (
+            format!("{kind}{}", dal.message()),
+            std::error::Error::source(dal),
+        )
+    } else {
+        return None;
+    };
+    while let Some(c) = cause {
+        if is_marker(c) {
+            cause = c.source();
+            continue;
+        }
+        let (piece, handled) = match own_words(c) {
+            Some(words) => (words, true),
+            None => (c.to_string(), false),
+        };
+        if !piece.is_empty() && !out.contains(&piece) {
+            out = format!("{out}: {piece}");
+        }
+        if handled {
+            break;
+        }
+        cause = c.source();
+    }
+    Some(out)
+}
+
+fn iceberg_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a iceberg::Error> {
+    e.downcast_ref::<iceberg::Error>()
+        .or_else(|| e.downcast_ref::<Box<iceberg::Error>>().map(AsRef::as_ref))
+}
+
+/// The `k: v, …` context an iceberg error renders between `context: {` and `}` (a failed
+/// requirement's `expected` and `found`, …).
+fn iceberg_context(e: &iceberg::Error) -> Option<String> {
+    let text = e.to_string();
+    let head = text.split(" => ").next().unwrap_or_default();
+    let start = head.find(", context: { ")? + ", context: { ".len();
+    let end = head.rfind(" }")?;
+    (end > start).then(|| head[start..end].to_string())
+}
+
+/// An I/O error made from its kind alone (no OS code, no inner error): it marks a class
+/// of failure (`Unavailable`) and says nothing more.
+fn is_marker(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.raw_os_error().is_none() && io.get_ref().is_none())
+}
+
+fn kind_words(kind: opendal::ErrorKind) -> &'static str {
+    match kind {
+        opendal::ErrorKind::NotFound => "not found",
+        opendal::ErrorKind::PermissionDenied => "permission denied",
+        opendal::ErrorKind::RateLimited => "rate limited",
+        opendal::ErrorKind::ConfigInvalid => "invalid configuration",
+        opendal::ErrorKind::Unsupported => "not supported by the store",
+        opendal::ErrorKind::AlreadyExists => "already exists",
+        opendal::ErrorKind::ConditionNotMatch => "precondition failed",
+        _ => "failed",
     }
 }
 
@@ -396,6 +521,52 @@ mod tests {
             "{}",
             status.message()
         );
+    }
+
+    /// A catalog database outage reads in skade's words: the database, what failed and
+    /// why, once — never iceberg's `Unexpected => …, source: not connected`; an object
+    /// store's error keeps its reason without OpenDAL's `Kind (status) at op =>` form.
+    /// RED before: the status read "table ns.t: Unexpected => the catalog database
+    /// 127.0.0.1:5432/skade is unavailable: ..., source: not connected".
+    #[test]
+    fn outage_statuses_are_in_our_words() {
+        let outage = iceberg::Error::new(
+            ErrorKind::Unexpected,
+            "the catalog database 127.0.0.1:5432/skade is unavailable: connection refused",
+        )
+        .with_source(std::io::Error::from(std::io::ErrorKind::NotConnected));
+        let status = Error::catalog(&"ns.t", outage).into_status();
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.message(),
+            "table ns.t: the catalog database 127.0.0.1:5432/skade is unavailable: connection refused"
+        );
+        let timeout = opendal::Error::new(
+            opendal::ErrorKind::Unexpected,
+            "io operation timeout reached",
+        )
+        .with_operation("list")
+        .set_persistent();
+        let store = iceberg::Error::new(ErrorKind::Unexpected, "object store operation failed")
+            .with_source(timeout);
+        let said = describe(&Error::catalog(&"ns.t", store));
+        assert_eq!(
+            said,
+            "table ns.t: object store operation failed: io operation timeout reached"
+        );
+        let conflict = iceberg::Error::new(ErrorKind::CatalogCommitConflicts, "requirement failed")
+            .with_context("expected", "1")
+            .with_context("found", "2");
+        assert_eq!(
+            describe(&conflict),
+            "requirement failed (expected: 1, found: 2)"
+        );
+        for text in [status.message().to_string(), said] {
+            assert!(
+                !text.contains("=>") && !text.contains("Unexpected"),
+                "{text}"
+            );
+        }
     }
 
     /// The error travels inside every `Result` of the put path; keep it small. Catches:

@@ -154,7 +154,7 @@ impl SkadeFlight {
 /// as `request ended by shutdown` at `info`, the server's failures as `request failed`
 /// at `warn`; returns its status.
 fn reject(e: Error) -> Status {
-    let message = e.to_string();
+    let message = crate::error::describe(&e);
     let committed_rows = match &e {
         Error::ClientGone { committed_rows, .. } => Some(*committed_rows),
         _ => None,

@@ -296,7 +296,11 @@ impl Maintainer {
             since = self.catalog.commit_count();
             if let Err(e) = job(self, shutdown).await {
                 self.metrics.record_maintenance_error(e.job());
-                warn!(error = %e, "maintenance pass failed");
+                // Once a minute during an outage, with the count left out between.
+                let error = crate::error::describe(&e);
+                if let Some(repeats) = crate::logging::repeats("maintenance pass", &error) {
+                    warn!(%error, repeats, "maintenance pass failed");
+                }
             }
         }
     }
@@ -408,7 +412,10 @@ impl Maintainer {
     fn record_errors(&self, report: &PassReport) {
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
-            warn!(error = %e, "maintenance job failed");
+            let error = crate::error::describe(e);
+            if let Some(repeats) = crate::logging::repeats("maintenance job", &error) {
+                warn!(%error, repeats, "maintenance job failed");
+            }
         }
     }
 }

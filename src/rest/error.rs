@@ -151,10 +151,11 @@ impl RestError {
     }
 }
 
-/// An iceberg error as one line: its kind, its context (`expected`, `found`, …, which is
-/// where a failed requirement says what it saw) and its message.
+/// An iceberg error as one line in skade's words: its message, its context (`expected`,
+/// `found`, …, which is where a failed requirement says what it saw) and its causes,
+/// never iceberg's `Kind => message` form ([`crate::error::describe`]).
 fn describe(e: &iceberg::Error) -> String {
-    e.to_string()
+    crate::error::describe(e)
 }
 
 impl IntoResponse for RestError {
@@ -164,13 +165,13 @@ impl IntoResponse for RestError {
         // the request's `rest` span (method, path, peer). A missing token is logged where
         // it is refused (`unauthenticated`).
         if status.is_server_error() {
-            warn!(code = status.as_u16(), error = %self, "request failed");
+            warn!(code = status.as_u16(), error = %crate::error::describe(&self), "request failed");
         } else if !matches!(self, Self::NotAuthorized) {
-            info!(code = status.as_u16(), error = %self, "request refused");
+            info!(code = status.as_u16(), error = %crate::error::describe(&self), "request refused");
         }
         let body = ErrorResponse {
             error: ErrorModel {
-                message: self.to_string(),
+                message: crate::error::describe(&self),
                 kind,
                 code: status.as_u16(),
             },

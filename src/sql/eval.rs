@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, Scalar, StructArray, make_array};
 use arrow::buffer::NullBuffer;
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, Scalar, StructArray, make_array};
 use arrow_schema::{DataType, Field as ArrowField, Fields, Schema, SchemaRef};
 
 use super::SqlError;
@@ -59,7 +59,10 @@ fn field_column(batch: &RecordBatch, field: &Field) -> Result<ArrayRef, SqlError
     column(batch, &field.path)
         .map(|(_, array)| array)
         .ok_or_else(|| SqlError::Eval {
-            reason: format!("the batch read has no column {} (field id {})", field.name, field.id),
+            reason: format!(
+                "the batch read has no column {} (field id {})",
+                field.name, field.id
+            ),
         })
 }
 
@@ -109,7 +112,11 @@ pub fn evaluate(predicate: &Predicate, batch: &RecordBatch) -> Result<BooleanArr
     })
 }
 
-fn compare(column: &ArrayRef, op: CmpOp, value: &Scalar<ArrayRef>) -> Result<BooleanArray, SqlError> {
+fn compare(
+    column: &ArrayRef,
+    op: CmpOp,
+    value: &Scalar<ArrayRef>,
+) -> Result<BooleanArray, SqlError> {
     use arrow_ord::cmp;
     let result = match op {
         CmpOp::Eq => cmp::eq(column, value),
@@ -167,13 +174,19 @@ pub fn output_schema(schema: &Schema, outputs: &[Output]) -> Result<SchemaRef, S
 ///
 /// # Errors
 /// [`SqlError::Eval`] when the batch lacks an output's field.
-pub fn project(batch: &RecordBatch, outputs: &[Output], schema: &SchemaRef) -> Result<RecordBatch, SqlError> {
+pub fn project(
+    batch: &RecordBatch,
+    outputs: &[Output],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, SqlError> {
     let columns: Vec<ArrayRef> = outputs
         .iter()
         .map(|o| {
-            column(batch, &o.path).map(|(_, a)| a).ok_or_else(|| SqlError::Eval {
-                reason: format!("the batch read has no column {}", o.name),
-            })
+            column(batch, &o.path)
+                .map(|(_, a)| a)
+                .ok_or_else(|| SqlError::Eval {
+                    reason: format!("the batch read has no column {}", o.name),
+                })
         })
         .collect::<Result<_, _>>()?;
     RecordBatch::try_new_with_options(

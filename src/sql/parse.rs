@@ -50,7 +50,11 @@ impl From<&ast::Ident> for Name {
 }
 
 fn dotted(names: &[Name]) -> String {
-    names.iter().map(|n| n.value.as_str()).collect::<Vec<_>>().join(".")
+    names
+        .iter()
+        .map(|n| n.value.as_str())
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// One item of the select list.
@@ -263,7 +267,9 @@ fn query_select(query: &ast::Query, params: &mut Params) -> Result<Select, SqlEr
                 Some(other) => return Err(unsupported(format!("LIMIT {other}"))),
             }
         }
-        Some(LimitClause::OffsetCommaLimit { .. }) => return Err(unsupported("LIMIT <offset>, <n>")),
+        Some(LimitClause::OffsetCommaLimit { .. }) => {
+            return Err(unsupported("LIMIT <offset>, <n>"));
+        }
     };
     let select = match query.body.as_ref() {
         SetExpr::Select(select) => select,
@@ -299,7 +305,13 @@ fn query_select(query: &ast::Query, params: &mut Params) -> Result<Select, SqlEr
 }
 
 fn check_select_clauses(select: &ast::Select) -> Result<(), SqlError> {
-    let refuse = |present: bool, what: &str| if present { Err(unsupported(what)) } else { Ok(()) };
+    let refuse = |present: bool, what: &str| {
+        if present {
+            Err(unsupported(what))
+        } else {
+            Ok(())
+        }
+    };
     refuse(select.distinct.is_some(), "DISTINCT")?;
     refuse(select.top.is_some(), "TOP")?;
     refuse(select.into.is_some(), "SELECT INTO")?;
@@ -318,7 +330,10 @@ fn check_select_clauses(select: &ast::Select) -> Result<(), SqlError> {
     refuse(!select.named_window.is_empty(), "WINDOW")?;
     refuse(select.qualify.is_some(), "QUALIFY")?;
     refuse(select.exclude.is_some(), "EXCLUDE")?;
-    refuse(select.value_table_mode.is_some(), "SELECT AS STRUCT / VALUE")?;
+    refuse(
+        select.value_table_mode.is_some(),
+        "SELECT AS STRUCT / VALUE",
+    )?;
     refuse(!select.optimizer_hints.is_empty(), "optimizer hints")?;
     refuse(select.select_modifiers.is_some(), "SELECT modifiers")?;
     Ok(())
@@ -347,7 +362,10 @@ fn from_table(from: &[ast::TableWithJoins]) -> Result<(Vec<Name>, Option<String>
         inheritance,
     } = &one.relation
     else {
-        return Err(unsupported(format!("FROM {} (only a table name)", one.relation)));
+        return Err(unsupported(format!(
+            "FROM {} (only a table name)",
+            one.relation
+        )));
     };
     if args.is_some()
         || !with_hints.is_empty()
@@ -359,7 +377,10 @@ fn from_table(from: &[ast::TableWithJoins]) -> Result<(Vec<Name>, Option<String>
         || !index_directives.is_empty()
         || inheritance.is_some()
     {
-        return Err(unsupported(format!("FROM {} (only a table name)", one.relation)));
+        return Err(unsupported(format!(
+            "FROM {} (only a table name)",
+            one.relation
+        )));
     }
     let parts = name
         .0
@@ -509,9 +530,9 @@ fn cond(expr: &Expr, params: &mut Params) -> Result<Cond, SqlError> {
                 // Either side may be the column; the value is read in textual order so
                 // `?` parameters number left to right.
                 match (column_name(left), column_name(right)) {
-                    (Some(_), Some(_)) => Err(unsupported(format!(
-                        "comparing two columns ({expr})"
-                    ))),
+                    (Some(_), Some(_)) => {
+                        Err(unsupported(format!("comparing two columns ({expr})")))
+                    }
                     (Some(column), None) => Ok(Cond::Cmp {
                         column,
                         op,
@@ -629,7 +650,10 @@ impl Resolver<'_> {
             Some((first, rest))
                 if !rest.is_empty()
                     && Self::find(top, first).is_none()
-                    && self.qualifiers.iter().any(|q| q.eq_ignore_ascii_case(&first.value)) =>
+                    && self
+                        .qualifiers
+                        .iter()
+                        .any(|q| q.eq_ignore_ascii_case(&first.value)) =>
             {
                 rest
             }
@@ -695,7 +719,11 @@ impl Select {
     ///
     /// # Errors
     /// As [`Self::bind`].
-    pub fn parameter_types(&self, schema: &Schema, table: &str) -> Result<Vec<Option<PrimitiveType>>, SqlError> {
+    pub fn parameter_types(
+        &self,
+        schema: &Schema,
+        table: &str,
+    ) -> Result<Vec<Option<PrimitiveType>>, SqlError> {
         let resolver = self.resolver(schema, table);
         let mut types = vec![None; self.parameters];
         if let Some(filter) = &self.filter {
@@ -705,7 +733,12 @@ impl Select {
     }
 
     fn resolver<'a>(&self, schema: &'a Schema, table: &str) -> Resolver<'a> {
-        let mut qualifiers: Vec<String> = self.table.last().map(|n| n.value.clone()).into_iter().collect();
+        let mut qualifiers: Vec<String> = self
+            .table
+            .last()
+            .map(|n| n.value.clone())
+            .into_iter()
+            .collect();
         qualifiers.extend(self.alias.clone());
         Resolver {
             schema,
@@ -723,7 +756,12 @@ impl Select {
     /// that is no value of its column's type, [`SqlError::Parameters`] when the
     /// parameters bound do not fit the statement's, [`SqlError::Unsupported`] for a
     /// filter on a non-primitive column or a LIKE on a non-string one.
-    pub fn bind(&self, schema: &Schema, table: &str, params: Option<&RecordBatch>) -> Result<Bound, SqlError> {
+    pub fn bind(
+        &self,
+        schema: &Schema,
+        table: &str,
+        params: Option<&RecordBatch>,
+    ) -> Result<Bound, SqlError> {
         let resolver = self.resolver(schema, table);
         check_params(self.parameters, params)?;
         let mut outputs = Vec::new();
@@ -793,7 +831,11 @@ fn check_params(expected: usize, params: Option<&RecordBatch>) -> Result<(), Sql
     }
 }
 
-fn collect_param_types(cond: &Cond, resolver: &Resolver<'_>, types: &mut [Option<PrimitiveType>]) -> Result<(), SqlError> {
+fn collect_param_types(
+    cond: &Cond,
+    resolver: &Resolver<'_>,
+    types: &mut [Option<PrimitiveType>],
+) -> Result<(), SqlError> {
     let mut note = |column: &[Name], operand: &Operand| -> Result<(), SqlError> {
         if let Operand::Param(i) = operand {
             let field = resolver.field(column)?;
@@ -812,11 +854,15 @@ fn collect_param_types(cond: &Cond, resolver: &Resolver<'_>, types: &mut [Option
         Cond::Cmp { column, value, .. } => note(column, value),
         Cond::In { column, values, .. } => values.iter().try_for_each(|v| note(column, v)),
         Cond::IsNull { .. } => Ok(()),
-        Cond::Between { column, low, high, .. } => {
+        Cond::Between {
+            column, low, high, ..
+        } => {
             note(column, low)?;
             note(column, high)
         }
-        Cond::Like { column, pattern, .. } => note(column, pattern),
+        Cond::Like {
+            column, pattern, ..
+        } => note(column, pattern),
     }
 }
 
@@ -828,11 +874,12 @@ fn value_of(
     match operand {
         Operand::Literal(literal) => literal_datum(literal, field),
         Operand::Param(i) => {
-            let column = params
-                .and_then(|p| p.columns().get(*i))
-                .ok_or_else(|| SqlError::Parameters {
-                    reason: format!("parameter {} is not bound", i + 1),
-                })?;
+            let column =
+                params
+                    .and_then(|p| p.columns().get(*i))
+                    .ok_or_else(|| SqlError::Parameters {
+                        reason: format!("parameter {} is not bound", i + 1),
+                    })?;
             array_datum(column, 0, field)
                 .map_err(|e| match e {
                     SqlError::BadValue { column, ty, reason, .. } => SqlError::BadValue {
@@ -853,21 +900,36 @@ fn value_of(
     }
 }
 
-fn bind_cond(cond: &Cond, resolver: &Resolver<'_>, params: Option<&RecordBatch>) -> Result<Predicate, SqlError> {
+fn bind_cond(
+    cond: &Cond,
+    resolver: &Resolver<'_>,
+    params: Option<&RecordBatch>,
+) -> Result<Predicate, SqlError> {
     let negate = |p: Predicate, negated: bool| if negated { Predicate::not(p) } else { p };
     Ok(match cond {
         Cond::And(a, b) => Predicate::And(
             Box::new(bind_cond(a, resolver, params)?),
             Box::new(bind_cond(b, resolver, params)?),
         ),
-        Cond::Or(a, b) => Predicate::or(bind_cond(a, resolver, params)?, bind_cond(b, resolver, params)?),
+        Cond::Or(a, b) => Predicate::or(
+            bind_cond(a, resolver, params)?,
+            bind_cond(b, resolver, params)?,
+        ),
         Cond::Not(c) => Predicate::not(bind_cond(c, resolver, params)?),
         Cond::Cmp { column, op, value } => {
             let field = resolver.field(column)?;
             let value = value_of(value, &field, params)?;
-            Predicate::Compare { field, op: *op, value }
+            Predicate::Compare {
+                field,
+                op: *op,
+                value,
+            }
         }
-        Cond::In { column, values, negated } => {
+        Cond::In {
+            column,
+            values,
+            negated,
+        } => {
             let field = resolver.field(column)?;
             let values = values
                 .iter()
@@ -875,10 +937,18 @@ fn bind_cond(cond: &Cond, resolver: &Resolver<'_>, params: Option<&RecordBatch>)
                 .collect::<Result<_, _>>()?;
             negate(Predicate::In { field, values }, *negated)
         }
-        Cond::IsNull { column, negated } => {
-            negate(Predicate::IsNull { field: resolver.field(column)? }, *negated)
-        }
-        Cond::Between { column, low, high, negated } => {
+        Cond::IsNull { column, negated } => negate(
+            Predicate::IsNull {
+                field: resolver.field(column)?,
+            },
+            *negated,
+        ),
+        Cond::Between {
+            column,
+            low,
+            high,
+            negated,
+        } => {
             let field = resolver.field(column)?;
             let low = value_of(low, &field, params)?;
             let high = value_of(high, &field, params)?;
@@ -898,7 +968,11 @@ fn bind_cond(cond: &Cond, resolver: &Resolver<'_>, params: Option<&RecordBatch>)
                 *negated,
             )
         }
-        Cond::Like { column, pattern, negated } => {
+        Cond::Like {
+            column,
+            pattern,
+            negated,
+        } => {
             let field = resolver.field(column)?;
             if field.ty != PrimitiveType::String {
                 return Err(unsupported(format!(
@@ -980,7 +1054,10 @@ mod tests {
             let what = unsupported_what(sql);
             assert!(what.contains(named), "{sql}: {what}");
         }
-        assert!(matches!(parse("SELEC * FROM t"), Err(SqlError::Parse { .. })));
+        assert!(matches!(
+            parse("SELEC * FROM t"),
+            Err(SqlError::Parse { .. })
+        ));
     }
 
     // Catches a filter bound to the wrong field, operator or value: every form of the
@@ -999,21 +1076,45 @@ mod tests {
         assert_eq!(bind("SELECT * FROM t WHERE id > 5"), "id > 5");
         assert_eq!(bind("SELECT * FROM t WHERE 5 > id"), "id < 5");
         assert_eq!(bind("SELECT * FROM t WHERE ID <> -3"), "id <> -3");
-        assert_eq!(bind("SELECT * FROM t WHERE t.s.a = 1 OR s.a IS NULL"), "(s.a = 1 OR s.a IS NULL)");
+        assert_eq!(
+            bind("SELECT * FROM t WHERE t.s.a = 1 OR s.a IS NULL"),
+            "(s.a = 1 OR s.a IS NULL)"
+        );
         assert_eq!(
             bind("SELECT * FROM t AS x WHERE x.id BETWEEN 1 AND 3"),
             "(id >= 1 AND id <= 3)"
         );
-        assert_eq!(bind("SELECT * FROM t WHERE NOT (id IN (1, 2))"), "NOT id IN (1, 2)");
+        assert_eq!(
+            bind("SELECT * FROM t WHERE NOT (id IN (1, 2))"),
+            "NOT id IN (1, 2)"
+        );
         assert_eq!(bind("SELECT * FROM t WHERE id NOT IN (1)"), "NOT id IN (1)");
-        assert_eq!(bind("SELECT * FROM t WHERE name LIKE 'ab%'"), "Name LIKE \"ab%\"");
-        assert_eq!(bind("SELECT * FROM t WHERE \"Name\" IS NOT NULL"), "NOT Name IS NULL");
-        let unknown = parse("SELECT * FROM t WHERE \"name\" = 'a'").unwrap().bind(&schema, "ns.t", None);
-        assert!(matches!(unknown, Err(SqlError::UnknownColumn { ref column, .. }) if column == "name"), "{unknown:?}");
-        let bad = parse("SELECT * FROM t WHERE id = 'x'").unwrap().bind(&schema, "ns.t", None);
+        assert_eq!(
+            bind("SELECT * FROM t WHERE name LIKE 'ab%'"),
+            "Name LIKE \"ab%\""
+        );
+        assert_eq!(
+            bind("SELECT * FROM t WHERE \"Name\" IS NOT NULL"),
+            "NOT Name IS NULL"
+        );
+        let unknown = parse("SELECT * FROM t WHERE \"name\" = 'a'")
+            .unwrap()
+            .bind(&schema, "ns.t", None);
+        assert!(
+            matches!(unknown, Err(SqlError::UnknownColumn { ref column, .. }) if column == "name"),
+            "{unknown:?}"
+        );
+        let bad = parse("SELECT * FROM t WHERE id = 'x'")
+            .unwrap()
+            .bind(&schema, "ns.t", None);
         assert!(matches!(bad, Err(SqlError::BadValue { .. })), "{bad:?}");
-        let like_long = parse("SELECT * FROM t WHERE id LIKE '1%'").unwrap().bind(&schema, "ns.t", None);
-        assert!(matches!(like_long, Err(SqlError::Unsupported { .. })), "{like_long:?}");
+        let like_long = parse("SELECT * FROM t WHERE id LIKE '1%'")
+            .unwrap()
+            .bind(&schema, "ns.t", None);
+        assert!(
+            matches!(like_long, Err(SqlError::Unsupported { .. })),
+            "{like_long:?}"
+        );
     }
 
     // Catches parameters numbered out of textual order, typed by the wrong column, or
@@ -1026,16 +1127,26 @@ mod tests {
         assert_eq!(select.parameters, 3);
         assert_eq!(
             select.parameter_types(&schema, "ns.t").unwrap(),
-            vec![Some(PrimitiveType::Int), Some(PrimitiveType::Long), Some(PrimitiveType::Long)]
+            vec![
+                Some(PrimitiveType::Int),
+                Some(PrimitiveType::Long),
+                Some(PrimitiveType::Long)
+            ]
         );
         let params = RecordBatch::try_from_iter(vec![
-            ("0", Arc::new(arrow_array::Int64Array::from(vec![7])) as arrow_array::ArrayRef),
+            (
+                "0",
+                Arc::new(arrow_array::Int64Array::from(vec![7])) as arrow_array::ArrayRef,
+            ),
             ("1", Arc::new(arrow_array::Int64Array::from(vec![1]))),
             ("2", Arc::new(arrow_array::StringArray::from(vec!["9"]))),
         ])
         .unwrap();
         let bound = select.bind(&schema, "ns.t", Some(&params)).unwrap();
-        assert_eq!(bound.predicate.to_string(), "(s.a = 7 AND (id >= 1 AND id <= 9))");
+        assert_eq!(
+            bound.predicate.to_string(),
+            "(s.a = 7 AND (id >= 1 AND id <= 9))"
+        );
         match &bound.predicate {
             Predicate::And(a, _) => match a.as_ref() {
                 Predicate::Compare { value, .. } => assert_eq!(*value, Datum::int(7)),
@@ -1043,7 +1154,10 @@ mod tests {
             },
             other => panic!("{other}"),
         }
-        assert!(matches!(select.bind(&schema, "ns.t", None), Err(SqlError::Parameters { .. })));
+        assert!(matches!(
+            select.bind(&schema, "ns.t", None),
+            Err(SqlError::Parameters { .. })
+        ));
         let numbered = parse("SELECT * FROM t WHERE id = $2 OR id = $1").unwrap();
         assert_eq!(numbered.parameters, 2);
         let too_big = RecordBatch::try_from_iter(vec![(
@@ -1064,13 +1178,22 @@ mod tests {
     fn names_and_projections() {
         let select = parse("SELECT s.a AS x, id FROM skade.ns.t").unwrap();
         assert_eq!(select.table_path("skade"), vec!["ns", "t"]);
-        assert_eq!(parse("SELECT * FROM ns.t").unwrap().table_path("skade"), vec!["ns", "t"]);
+        assert_eq!(
+            parse("SELECT * FROM ns.t").unwrap().table_path("skade"),
+            vec!["ns", "t"]
+        );
         let bound = select.bind(&schema(), "ns.t", None).unwrap();
         assert_eq!(
             bound.outputs,
             vec![
-                Output { name: "x".into(), path: vec![3, 4] },
-                Output { name: "id".into(), path: vec![1] },
+                Output {
+                    name: "x".into(),
+                    path: vec![3, 4]
+                },
+                Output {
+                    name: "id".into(),
+                    path: vec![1]
+                },
             ]
         );
         assert_eq!(bound.columns, vec![3, 1]);

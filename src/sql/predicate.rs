@@ -275,9 +275,7 @@ impl Stats<'_> {
         let vs = |bound: Option<&Datum>| bound.and_then(|b| b.partial_cmp(value));
         match op {
             // Some value v with lower <= v <= upper equals `value`.
-            CmpOp::Eq => {
-                vs(lower) != Some(Ordering::Greater) && vs(upper) != Some(Ordering::Less)
-            }
+            CmpOp::Eq => vs(lower) != Some(Ordering::Greater) && vs(upper) != Some(Ordering::Less),
             // Not every value equals `value`: unknown unless lower = upper = value.
             CmpOp::NotEq => {
                 !(vs(lower) == Some(Ordering::Equal) && vs(upper) == Some(Ordering::Equal))
@@ -296,7 +294,10 @@ impl Stats<'_> {
         if !self.may_hold_non_null(field.id) {
             return false;
         }
-        let prefix: String = pattern.chars().take_while(|c| *c != '%' && *c != '_').collect();
+        let prefix: String = pattern
+            .chars()
+            .take_while(|c| *c != '%' && *c != '_')
+            .collect();
         if prefix.is_empty() {
             return true;
         }
@@ -427,8 +428,18 @@ mod tests {
                 },
                 true,
             ),
-            (Predicate::IsNull { field: field(1, PrimitiveType::Long) }, true),
-            (Predicate::IsNull { field: field(2, PrimitiveType::String) }, false),
+            (
+                Predicate::IsNull {
+                    field: field(1, PrimitiveType::Long),
+                },
+                true,
+            ),
+            (
+                Predicate::IsNull {
+                    field: field(2, PrimitiveType::String),
+                },
+                false,
+            ),
             (
                 Predicate::not(Predicate::IsNull {
                     field: field(2, PrimitiveType::String),
@@ -439,8 +450,14 @@ mod tests {
                 Predicate::and(long(CmpOp::Gt, 12), long(CmpOp::Lt, 5)),
                 false,
             ),
-            (Predicate::or(long(CmpOp::Gt, 25), long(CmpOp::Lt, 5)), false),
-            (Predicate::or(long(CmpOp::Gt, 25), long(CmpOp::Lt, 15)), true),
+            (
+                Predicate::or(long(CmpOp::Gt, 25), long(CmpOp::Lt, 5)),
+                false,
+            ),
+            (
+                Predicate::or(long(CmpOp::Gt, 25), long(CmpOp::Lt, 15)),
+                true,
+            ),
             (
                 Predicate::Like {
                     field: field(2, PrimitiveType::String),
@@ -470,7 +487,10 @@ mod tests {
                 true,
             ),
             // NaN lies above every bound: `> 5` may match the NaN row.
-            (cmp(3, PrimitiveType::Double, CmpOp::Gt, Datum::double(5.0)), true),
+            (
+                cmp(3, PrimitiveType::Double, CmpOp::Gt, Datum::double(5.0)),
+                true,
+            ),
             // A field without statistics is never ruled out.
             (cmp(9, PrimitiveType::Long, CmpOp::Eq, Datum::long(1)), true),
             // A bound of another type (an int written before a promotion) gives no verdict.

@@ -89,11 +89,16 @@ pub(crate) fn literal_datum(literal: &Literal, field: &Field) -> Result<Datum, S
         Literal::Bool(b) => {
             return match ty {
                 PrimitiveType::Boolean => Ok(Datum::bool(*b)),
-                _ => Err(bad(field, literal, "a boolean compares with boolean columns only")),
+                _ => Err(bad(
+                    field,
+                    literal,
+                    "a boolean compares with boolean columns only",
+                )),
             };
         }
         Literal::Hex(hex) => {
-            let bytes = decode_hex(hex).ok_or_else(|| bad(field, literal, "odd or non-hex digits"))?;
+            let bytes =
+                decode_hex(hex).ok_or_else(|| bad(field, literal, "odd or non-hex digits"))?;
             return bytes_datum(bytes, field, literal);
         }
         Literal::Number(n) => {
@@ -111,7 +116,11 @@ pub(crate) fn literal_datum(literal: &Literal, field: &Field) -> Result<Datum, S
                     | PrimitiveType::TimestampNs
                     | PrimitiveType::TimestamptzNs
             ) {
-                return Err(bad(field, literal, "a number compares with numeric columns only"));
+                return Err(bad(
+                    field,
+                    literal,
+                    "a number compares with numeric columns only",
+                ));
             }
             n.as_str()
         }
@@ -119,7 +128,9 @@ pub(crate) fn literal_datum(literal: &Literal, field: &Field) -> Result<Datum, S
     };
     match ty {
         PrimitiveType::String => Ok(Datum::string(text)),
-        PrimitiveType::Uuid => Datum::uuid_from_str(text).map_err(|e| bad(field, literal, e.message())),
+        PrimitiveType::Uuid => {
+            Datum::uuid_from_str(text).map_err(|e| bad(field, literal, e.message()))
+        }
         PrimitiveType::Binary | PrimitiveType::Fixed(_) => {
             bytes_datum(text.as_bytes().to_vec(), field, literal)
         }
@@ -149,7 +160,11 @@ fn bytes_datum(bytes: Vec<u8>, field: &Field, literal: &Literal) -> Result<Datum
             literal,
             format!("{} bytes, the column holds {len}", bytes.len()),
         )),
-        _ => Err(bad(field, literal, "bytes compare with binary columns only")),
+        _ => Err(bad(
+            field,
+            literal,
+            "bytes compare with binary columns only",
+        )),
     }
 }
 
@@ -209,7 +224,11 @@ fn decimal_datum(mantissa: i128, ty: &PrimitiveType) -> Result<Datum, String> {
 ///
 /// # Errors
 /// [`SqlError::BadValue`] when the value does not cast to the column's type.
-pub(crate) fn array_datum(array: &ArrayRef, row: usize, field: &Field) -> Result<Option<Datum>, SqlError> {
+pub(crate) fn array_datum(
+    array: &ArrayRef,
+    row: usize,
+    field: &Field,
+) -> Result<Option<Datum>, SqlError> {
     let ty = &field.ty;
     let value = array.slice(row, 1);
     let describe = || {
@@ -222,19 +241,29 @@ pub(crate) fn array_datum(array: &ArrayRef, row: usize, field: &Field) -> Result
     }
     // A decimal from text or a float goes through our exact reading, never a rounding cast.
     if let PrimitiveType::Decimal { precision, scale } = ty
-        && !matches!(value.data_type(), DataType::Decimal128(..) | DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64)
+        && !matches!(
+            value.data_type(),
+            DataType::Decimal128(..)
+                | DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+        )
     {
         let text = describe();
-        let mantissa =
-            decimal_mantissa(&text, *precision, *scale).map_err(|reason| bad(field, &text, reason))?;
-        return decimal_datum(mantissa, ty).map(Some).map_err(|reason| bad(field, &text, reason));
+        let mantissa = decimal_mantissa(&text, *precision, *scale)
+            .map_err(|reason| bad(field, &text, reason))?;
+        return decimal_datum(mantissa, ty)
+            .map(Some)
+            .map_err(|reason| bad(field, &text, reason));
     }
     if *ty == PrimitiveType::Uuid {
         let text = describe();
         return match value.data_type() {
             DataType::FixedSizeBinary(16) => {
                 let bytes = value.as_fixed_size_binary().value(0);
-                let uuid = uuid::Uuid::from_slice(bytes).map_err(|e| bad(field, &text, e.to_string()))?;
+                let uuid =
+                    uuid::Uuid::from_slice(bytes).map_err(|e| bad(field, &text, e.to_string()))?;
                 Ok(Some(Datum::uuid(uuid)))
             }
             _ => Datum::uuid_from_str(&text)
@@ -263,8 +292,10 @@ pub(crate) fn array_datum(array: &ArrayRef, row: usize, field: &Field) -> Result
             decimal_datum(mantissa, ty).map_err(|reason| bad(field, describe(), reason))?
         }
         PrimitiveType::Date => Datum::date(cast.as_primitive::<Date32Type>().value(0)),
-        PrimitiveType::Time => Datum::time_micros(cast.as_primitive::<Time64MicrosecondType>().value(0))
-            .map_err(|e| bad(field, describe(), e.message()))?,
+        PrimitiveType::Time => {
+            Datum::time_micros(cast.as_primitive::<Time64MicrosecondType>().value(0))
+                .map_err(|e| bad(field, describe(), e.message()))?
+        }
         PrimitiveType::Timestamp => {
             Datum::timestamp_micros(cast.as_primitive::<TimestampMicrosecondType>().value(0))
         }
@@ -391,14 +422,20 @@ mod tests {
             Datum::timestamp_micros(1_000_000)
         );
         assert_eq!(
-            ok(&text("1970-01-01T01:00:00+01:00"), PrimitiveType::Timestamptz),
+            ok(
+                &text("1970-01-01T01:00:00+01:00"),
+                PrimitiveType::Timestamptz
+            ),
             Datum::timestamptz_micros(0)
         );
         assert_eq!(
             ok(&text("00:00:01.5"), PrimitiveType::Time),
             Datum::time_micros(1_500_000).unwrap()
         );
-        assert_eq!(ok(&Literal::Hex("0aff".into()), PrimitiveType::Binary), Datum::binary(vec![10, 255]));
+        assert_eq!(
+            ok(&Literal::Hex("0aff".into()), PrimitiveType::Binary),
+            Datum::binary(vec![10, 255])
+        );
         for (literal, ty) in [
             (num("3000000000"), PrimitiveType::Int),
             (num("2.5"), PrimitiveType::Int),
@@ -407,7 +444,10 @@ mod tests {
             (Literal::Null, PrimitiveType::Int),
             (Literal::Hex("0a".into()), PrimitiveType::Fixed(2)),
         ] {
-            assert!(literal_datum(&literal, &field(ty.clone())).is_err(), "{literal} as {ty}");
+            assert!(
+                literal_datum(&literal, &field(ty.clone())).is_err(),
+                "{literal} as {ty}"
+            );
         }
     }
 }

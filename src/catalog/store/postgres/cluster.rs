@@ -40,8 +40,13 @@ pub const INSTANCE_TIMEOUT: Duration = Duration::from_secs(60);
 /// [`HEARTBEAT_EVERY`] of being taken (or sooner, by a commit), so this bound covers a
 /// few missed renewals and clocks a little apart.
 pub const PIN_PUBLISH_BOUND: Duration = Duration::from_secs(10);
-/// Rows of instances not heard from for this long are removed.
-const FORGET_INSTANCES_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// Rows of instances not heard from for this long are removed by the live instances'
+/// heartbeats (a killed instance's row; one that stops cleanly removes its own): ten
+/// instance timeouts, so a row is never removed while its instance may still renew it.
+pub const FORGET_INSTANCES_AFTER: Duration = Duration::from_secs(10 * 60);
+/// How long an instance that stops (or a `skade gc` that ends) waits for the database to
+/// remove its row before leaving it to the others' heartbeats.
+const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// This instance's registration.
 #[derive(Debug)]
@@ -233,7 +238,7 @@ async fn insert(
     catalog: &str,
 ) -> std::result::Result<Registration, tokio_postgres::Error> {
     let id = uuid::Uuid::new_v4().to_string();
-    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    let host = host_name();
     client
         .execute(
             "INSERT INTO skade_instances (catalog_name, instance_id, host) VALUES ($1, $2, $3)",
@@ -245,6 +250,73 @@ async fn insert(
         since: SystemTime::now(),
         lost: false,
     })
+}
+
+/// This machine's name (`gethostname(2)`, as `hostname` prints it), for the
+/// `skade_instances` row; `HOSTNAME`, then `unknown`, when it cannot be read.
+pub(crate) fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it
+    // (or truncates, which the search for NUL below handles).
+    let named = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let name = if named {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    if !name.is_empty() {
+        return name;
+    }
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+impl Instance {
+    /// Removes this instance's row, waiting at most [`DEREGISTER_TIMEOUT`]: called when
+    /// the store is dropped (the server stopped, or `skade gc` ended), so the row does
+    /// not linger. Runs on a thread of its own with its own connection, so it works
+    /// from any context, a runtime's worker included; a database that does not answer
+    /// leaves the row to [`FORGET_INSTANCES_AFTER`].
+    pub(super) fn deregister(
+        &self,
+        config: &tokio_postgres::Config,
+        tls: tokio_postgres_rustls::MakeRustlsConnect,
+    ) {
+        let (catalog, id) = (self.catalog.clone(), self.id());
+        let config = config.clone();
+        let done = std::thread::Builder::new()
+            .name("skade-deregister".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async move {
+                    let remove = async {
+                        let (client, connection) = config.connect(tls).await.ok()?;
+                        tokio::spawn(async move {
+                            let _ = connection.await;
+                        });
+                        client
+                            .execute(
+                                "DELETE FROM skade_instances WHERE catalog_name = $1 AND instance_id = $2",
+                                &[&catalog, &id],
+                            )
+                            .await
+                            .ok()
+                    };
+                    let _ = tokio::time::timeout(DEREGISTER_TIMEOUT, remove).await;
+                });
+            });
+        if let Ok(thread) = done {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn lost() -> Error {

@@ -213,6 +213,13 @@ impl PgStore {
     }
 }
 
+impl Drop for PgStore {
+    /// Removes this instance's `skade_instances` row ([`cluster::Instance::deregister`]).
+    fn drop(&mut self) {
+        self.instance.deregister(&self.config, self.tls.make());
+    }
+}
+
 /// A pool of at most `size` connections made with `config` and `tls`, each opened and
 /// checked within [`CONNECT_TIMEOUT`]; a caller waits at most `wait` for a free one
 /// (`None`: as long as it takes, unless the caller sets its own timeouts).
@@ -225,9 +232,10 @@ fn build_pool(
     size: usize,
     wait: Option<Duration>,
 ) -> std::result::Result<Pool, String> {
-    let manager = Manager::from_config(
+    let target = describe(&config);
+    let manager = Manager::from_connect(
         config,
-        tls,
+        LoggedConnect { tls, target },
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -240,6 +248,50 @@ fn build_pool(
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// Opens the pool's connections as deadpool's own connector does, but logs a connection
+/// that ends in error in skade's words: the database (host, port, name) and PostgreSQL's
+/// or the network's reason, once per reason a minute — not deadpool's bare
+/// `Connection error: db error`.
+struct LoggedConnect {
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    /// `host:port/database`, for the log.
+    target: String,
+}
+
+impl deadpool_postgres::Connect for LoggedConnect {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> futures::future::BoxFuture<
+        '_,
+        std::result::Result<
+            (tokio_postgres::Client, tokio::task::JoinHandle<()>),
+            tokio_postgres::Error,
+        >,
+    > {
+        let tls = self.tls.clone();
+        let pg_config = pg_config.clone();
+        let target = self.target.clone();
+        Box::pin(async move {
+            let (client, connection) = pg_config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    let reason = db_reason(&e);
+                    if let Some(repeats) = crate::logging::repeats("catalog connection", &reason) {
+                        tracing::warn!(
+                            database = %target,
+                            %reason,
+                            repeats,
+                            "a connection to the catalog database ended"
+                        );
+                    }
+                }
+            });
+            Ok((client, task))
+        })
+    }
 }
 
 /// The settings every connection starts with: [`STATEMENT_TIMEOUT`], and no `NOTICE`s
