@@ -371,6 +371,7 @@ async fn open_service(
     }
     let service = Arc::new(Service {
         catalog,
+        catalog_name: config.catalog.name.clone(),
         metrics: metrics.clone(),
         config: config.ingest.clone(),
         budget: write::MemoryBudget::new(config.ingest.memory_budget),

@@ -1,14 +1,16 @@
 //! The Arrow Flight service: the state every RPC shares ([`Service`]) and the RPC
 //! dispatch ([`SkadeFlight`]) over streaming put (`put.rs`, Lane 1), read back
 //! (`read.rs`), the Flight SQL subset for ingest and transactions (`sql.rs`, `txn.rs`,
-//! Lane 2), exactly-once writer ids and sequences (`exactly_once.rs`), table names on the
+//! Lane 2), metadata (`metadata.rs`) and queries (`query.rs`), exactly-once writer ids and sequences (`exactly_once.rs`), table names on the
 //! wire ([`names`]) and the decoding both ingest lanes share (`decode.rs`).
 
 mod decode;
 mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
+mod metadata;
 pub mod names;
 mod put;
+mod query;
 mod read;
 mod sql;
 pub mod txn;
@@ -43,6 +45,9 @@ use decode::{Batches, BoxStream};
 pub struct Service {
     /// The catalog all tables live in.
     pub catalog: Arc<RedbCatalog>,
+    /// The catalog's name (`--catalog-name`): Flight SQL metadata lists the tables under
+    /// it, and an ingest or query may name it.
+    pub catalog_name: String,
     /// This server's metrics.
     pub metrics: Metrics,
     /// How puts are cut into files and commits.
@@ -129,7 +134,9 @@ impl SkadeFlight {
     /// Flight SQL command's info, or a table's for a `PATH` descriptor.
     async fn flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo, Status> {
         if is_cmd(descriptor) {
-            return sql::flight_info(&self.svc, descriptor).map_err(reject);
+            return sql::flight_info(&self.svc, descriptor)
+                .await
+                .map_err(reject);
         }
         let ident = path_table(descriptor).map_err(reject)?;
         auth::record("table", &ident);
@@ -329,7 +336,9 @@ impl FlightService for SkadeFlight {
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
         if sql::is_command_ticket(&request.get_ref().ticket) {
-            let stream = sql::do_get(&self.svc, &request.get_ref().ticket).map_err(reject)?;
+            let stream = sql::do_get(&self.svc, &request.get_ref().ticket)
+                .await
+                .map_err(reject)?;
             return Ok(Response::new(stream));
         }
         let ident = names::table_from_ticket(&request.get_ref().ticket).map_err(reject)?;
@@ -367,16 +376,34 @@ impl FlightService for SkadeFlight {
         };
         let batches = Batches::new(first, input, limit);
         let Some(ident) = ident else {
-            // Lane 2: Flight SQL bulk ingest.
-            let Some(Command::CommandStatementIngest(cmd)) = command else {
-                return Err(self.fail(Error::Unsupported {
-                    what: format!(
-                        "DoPut with the command {} (only CommandStatementIngest)",
-                        command
-                            .map(|c| c.type_url().to_string())
-                            .unwrap_or_default()
-                    ),
-                }));
+            let cmd = match command {
+                // Lane 2: Flight SQL bulk ingest.
+                Some(Command::CommandStatementIngest(cmd)) => cmd,
+                Some(Command::CommandPreparedStatementQuery(cmd)) => {
+                    let result = query::bind_parameters(cmd, batches)
+                        .await
+                        .map_err(|e| self.fail(e))?;
+                    return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
+                }
+                Some(Command::CommandStatementUpdate(cmd)) => {
+                    return Err(self.fail(query::refuse_update(&cmd.query)));
+                }
+                Some(Command::CommandPreparedStatementUpdate(cmd)) => {
+                    let e = match query::prepared(&cmd.prepared_statement_handle) {
+                        Ok(prepared) => query::refuse_update(&prepared.sql),
+                        Err(e) => e,
+                    };
+                    return Err(self.fail(e));
+                }
+                other => {
+                    return Err(self.fail(Error::Unsupported {
+                        what: format!(
+                            "DoPut with the command {} (only CommandStatementIngest and \
+                             CommandPreparedStatementQuery)",
+                            other.map(|c| c.type_url().to_string()).unwrap_or_default()
+                        ),
+                    }));
+                }
             };
             let key = exactly_once::txn_key(&headers).map_err(|e| self.fail(e))?;
             let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, (permit, pin))

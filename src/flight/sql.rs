@@ -1,6 +1,9 @@
 //! The Flight SQL subset (docs/SERVICE.md, Lane 2) that lets the standard ADBC Flight SQL
-//! driver ingest into skade: `GetSqlInfo`, `DoPut(CommandStatementIngest)`, and the
-//! actions `BeginTransaction`, `EndTransaction` and `CloseSession`. No SQL is run.
+//! driver and JDBC-style clients ingest into skade, list what is there and read it back:
+//! the metadata commands ([`super::metadata`]), `SELECT` queries and prepared statements
+//! ([`super::query`]), `DoPut(CommandStatementIngest)`, and the actions
+//! `BeginTransaction`, `EndTransaction`, `CreatePreparedStatement`,
+//! `ClosePreparedStatement` and `CloseSession`.
 //!
 //! An ingest goes through the same [`write::Batcher`] as a streaming put: conformed to
 //! its table's schema batch by batch, held against the server's memory budget, and cut
@@ -12,17 +15,20 @@
 
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use arrow_flight::encode::FlightDataEncoderBuilder;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::{
-    ActionBeginTransactionRequest, ActionBeginTransactionResult, ActionEndTransactionRequest, Any,
-    Command, CommandGetSqlInfo, CommandStatementIngest, DoPutUpdateResult, EndTransaction,
-    ProstMessageExt, SqlInfo, SqlSupportedTransaction, TableExistsOption, TableNotExistOption,
+    ActionBeginTransactionRequest, ActionBeginTransactionResult,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionEndTransactionRequest, Any, Command, CommandStatementIngest, DoPutUpdateResult,
+    EndTransaction, ProstMessageExt, TableExistsOption, TableNotExistOption,
 };
 use arrow_flight::{
     Action, ActionType, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, PutResult,
 };
 use arrow_flight::{Result as ActionResult, Ticket};
+use arrow_schema::SchemaRef;
 use futures::TryStreamExt;
 use iceberg::{Catalog, ErrorKind, TableIdent};
 use prost::Message;
@@ -34,10 +40,12 @@ use super::Service;
 use super::decode::{Batches, BoxStream};
 use super::exactly_once::TxnKey;
 use super::names;
+use super::query;
 use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
 use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
+use crate::proto::PreparedQuery;
 use crate::storage::file_store::FileStore;
 use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles, StagedTable};
 
@@ -45,6 +53,10 @@ use crate::write::{self, BatchLimits, Batcher, FileNames, StageFiles, StagedTabl
 pub(crate) const BEGIN_TRANSACTION: &str = "BeginTransaction";
 /// The Flight SQL action that commits or rolls back a transaction.
 pub(crate) const END_TRANSACTION: &str = "EndTransaction";
+/// The Flight SQL action that prepares a statement.
+pub(crate) const CREATE_PREPARED_STATEMENT: &str = "CreatePreparedStatement";
+/// The Flight SQL action that closes a prepared statement.
+pub(crate) const CLOSE_PREPARED_STATEMENT: &str = "ClosePreparedStatement";
 /// The Flight session action that ends a client session (rolls back its transaction).
 pub(crate) const CLOSE_SESSION: &str = "CloseSession";
 
@@ -88,98 +100,149 @@ pub(crate) fn is_command_ticket(ticket: &[u8]) -> bool {
     ticket.first() == Some(&0x0a)
 }
 
-/// What skade answers to `GetSqlInfo`: ingest and transactions supported, no SQL.
+/// What skade answers to `GetSqlInfo` ([`super::metadata::sql_info`]).
 ///
 /// # Errors
 /// Arrow's error building the info batch (not expected).
 pub(crate) fn sql_info(svc: &Service) -> Result<SqlInfoData, Error> {
-    let timeout_ms = i32::try_from(svc.transactions.timeout().as_millis()).unwrap_or(i32::MAX);
-    let mut info = SqlInfoDataBuilder::new();
-    info.append(SqlInfo::FlightSqlServerName, "skade");
-    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    info.append(SqlInfo::FlightSqlServerArrowVersion, "1.5.0");
-    info.append(SqlInfo::FlightSqlServerReadOnly, false);
-    info.append(SqlInfo::FlightSqlServerSql, false);
-    info.append(SqlInfo::FlightSqlServerSubstrait, false);
-    info.append(
-        SqlInfo::FlightSqlServerTransaction,
-        SqlSupportedTransaction::Transaction as i32,
-    );
-    info.append(SqlInfo::FlightSqlServerCancel, false);
-    info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
-    info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, true);
-    info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
-    info.append(SqlInfo::FlightSqlServerTransactionTimeout, timeout_ms);
-    info.build().map_err(|e| Error::Internal {
-        what: format!("cannot build the SQL info: {e}"),
-    })
+    super::metadata::sql_info(svc)
 }
 
 fn unsupported_command(command: &Command) -> Error {
     Error::Unsupported {
         what: format!(
-            "the Flight SQL command {} (skade serves GetSqlInfo, bulk ingest and \
-             transactions; read tables with a PATH descriptor or any Iceberg reader)",
+            "the Flight SQL command {} (skade serves metadata, SELECT queries, prepared \
+             statements, bulk ingest and transactions)",
             command.type_url()
         ),
     }
 }
 
-/// `GetFlightInfo` on a `CMD` descriptor.
+/// A metadata answer: its schema, and the batch `DoGet` sends.
+struct Answer {
+    schema: SchemaRef,
+    batch: RecordBatch,
+}
+
+impl Answer {
+    fn of(batch: RecordBatch) -> Self {
+        Self {
+            schema: batch.schema(),
+            batch,
+        }
+    }
+}
+
+/// The answer to a metadata command; `None` for a command that is not one.
+async fn metadata(svc: &Service, command: Command) -> Result<Option<Answer>, Error> {
+    use super::metadata as m;
+    let internal = |what: &str, e: arrow_flight::error::FlightError| Error::Internal {
+        what: format!("cannot build the {what}: {e}"),
+    };
+    Ok(Some(match command {
+        Command::CommandGetSqlInfo(cmd) => {
+            debug!(info = ?cmd.info, "GetSqlInfo");
+            let data = sql_info(svc)?;
+            let batch = cmd
+                .into_builder(&data)
+                .build()
+                .map_err(|e| internal("SQL info", e))?;
+            Answer {
+                schema: data.schema(),
+                batch,
+            }
+        }
+        Command::CommandGetCatalogs(cmd) => Answer::of(m::catalogs(svc, cmd)?),
+        Command::CommandGetDbSchemas(cmd) => Answer::of(m::db_schemas(svc, cmd).await?),
+        Command::CommandGetTables(cmd) => Answer::of(m::tables(svc, cmd).await?),
+        Command::CommandGetTableTypes(cmd) => Answer::of(m::table_types(cmd)?),
+        Command::CommandGetPrimaryKeys(cmd) => Answer::of(m::primary_keys(svc, cmd).await?),
+        Command::CommandGetExportedKeys(_)
+        | Command::CommandGetImportedKeys(_)
+        | Command::CommandGetCrossReference(_) => Answer::of(m::no_foreign_keys()),
+        Command::CommandGetXdbcTypeInfo(cmd) => {
+            let data = m::xdbc_types()?;
+            let batch = cmd
+                .into_builder(&data)
+                .build()
+                .map_err(|e| internal("type info", e))?;
+            Answer {
+                schema: data.schema(),
+                batch,
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `GetFlightInfo` on a `CMD` descriptor: a metadata command's info (its schema, one
+/// endpoint whose ticket is the command), or a query's ([`query::flight_info`]).
 ///
 /// # Errors
-/// [`Error::BadRequest`] for bytes that are not a Flight SQL command,
-/// [`Error::Unsupported`] for a command other than `GetSqlInfo`.
-pub(crate) fn flight_info(
+/// [`Error::BadRequest`] for bytes that are not a Flight SQL command; a statement's
+/// refusal; [`Error::Unsupported`] for a command skade does not serve.
+pub(crate) async fn flight_info(
     svc: &Service,
     descriptor: &FlightDescriptor,
 ) -> Result<FlightInfo, Error> {
-    match command(&descriptor.cmd)? {
-        Command::CommandGetSqlInfo(cmd) => {
-            let data = sql_info(svc)?;
-            let ticket = Ticket::new(cmd.as_any().encode_to_vec());
-            FlightInfo::new()
-                .try_with_schema(&data.schema())
-                .map_err(|e| Error::Internal {
-                    what: format!("cannot encode the SQL info schema: {e}"),
-                })
-                .map(|info| {
-                    info.with_descriptor(descriptor.clone())
-                        .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
-                        .with_total_records(-1)
-                        .with_total_bytes(-1)
-                })
+    let command = command(&descriptor.cmd)?;
+    let ticket = Ticket::new(command.clone().into_any().encode_to_vec());
+    match command {
+        Command::CommandStatementQuery(cmd) => {
+            let query = PreparedQuery {
+                sql: cmd.query,
+                parameters: Vec::new(),
+            };
+            return query::flight_info(svc, descriptor, query).await;
         }
-        other => Err(unsupported_command(&other)),
+        Command::CommandPreparedStatementQuery(cmd) => {
+            let query = query::prepared(&cmd.prepared_statement_handle)?;
+            return query::flight_info(svc, descriptor, query).await;
+        }
+        Command::CommandStatementUpdate(cmd) => return Err(query::refuse_update(&cmd.query)),
+        Command::CommandPreparedStatementUpdate(cmd) => {
+            let query = query::prepared(&cmd.prepared_statement_handle)?;
+            return Err(query::refuse_update(&query.sql));
+        }
+        _ => {}
     }
+    let type_url = command.type_url().to_string();
+    let Some(answer) = metadata(svc, command.clone()).await? else {
+        return Err(unsupported_command(&command));
+    };
+    debug!(command = %type_url, rows = answer.batch.num_rows(), "metadata");
+    FlightInfo::new()
+        .try_with_schema(&answer.schema)
+        .map_err(|e| Error::Internal {
+            what: format!("cannot encode the {type_url} schema: {e}"),
+        })
+        .map(|info| {
+            info.with_descriptor(descriptor.clone())
+                .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+                .with_total_records(i64::try_from(answer.batch.num_rows()).unwrap_or(-1))
+                .with_total_bytes(-1)
+        })
 }
 
-/// `DoGet` on a Flight SQL ticket (see [`is_command_ticket`]).
+/// `DoGet` on a Flight SQL ticket (see [`is_command_ticket`]): a metadata command's
+/// answer, or a query's rows.
 ///
 /// # Errors
 /// As [`flight_info`].
-pub(crate) fn do_get(svc: &Service, ticket: &[u8]) -> Result<BoxStream<FlightData>, Error> {
-    match command(ticket)? {
-        Command::CommandGetSqlInfo(cmd) => get_sql_info(svc, cmd),
-        other => Err(unsupported_command(&other)),
+pub(crate) async fn do_get(svc: &Service, ticket: &[u8]) -> Result<BoxStream<FlightData>, Error> {
+    let command = command(ticket)?;
+    if let Command::TicketStatementQuery(ticket) = command {
+        return query::do_get(svc, ticket).await;
     }
-}
-
-fn get_sql_info(svc: &Service, cmd: CommandGetSqlInfo) -> Result<BoxStream<FlightData>, Error> {
-    debug!(info = ?cmd.info, "GetSqlInfo");
-    let data = sql_info(svc)?;
-    let batch = cmd
-        .into_builder(&data)
-        .build()
-        .map_err(|e| Error::Internal {
-            what: format!("cannot select the SQL info: {e}"),
-        })?;
+    let Some(answer) = metadata(svc, command.clone()).await? else {
+        return Err(unsupported_command(&command));
+    };
     let stream = FlightDataEncoderBuilder::new()
-        .with_schema(data.schema())
-        .build(futures::stream::iter([Ok(batch)]))
+        .with_schema(answer.schema)
+        .build(futures::stream::iter([Ok(answer.batch)]))
         .map_err(|e| {
             Error::Internal {
-                what: format!("encoding the SQL info failed: {e}"),
+                what: format!("encoding the answer failed: {e}"),
             }
             .into_status()
         });
@@ -199,6 +262,19 @@ pub(crate) fn action_types() -> Vec<ActionType> {
             r#type: END_TRANSACTION.to_string(),
             description: "Commit (all staged tables in one catalog transaction) or roll \
                           back a transaction. Request: ActionEndTransactionRequest"
+                .to_string(),
+        },
+        ActionType {
+            r#type: CREATE_PREPARED_STATEMENT.to_string(),
+            description: "Prepare a SELECT: the handle is the statement (no server state). \
+                          Request: ActionCreatePreparedStatementRequest; result: \
+                          ActionCreatePreparedStatementResult"
+                .to_string(),
+        },
+        ActionType {
+            r#type: CLOSE_PREPARED_STATEMENT.to_string(),
+            description: "Close a prepared statement (nothing to free). Request: \
+                          ActionClosePreparedStatementRequest"
                 .to_string(),
         },
         ActionType {
@@ -261,6 +337,16 @@ pub(crate) async fn do_action(
             }
             Ok(Box::pin(futures::stream::empty()))
         }
+        CREATE_PREPARED_STATEMENT => {
+            let request = unpack::<ActionCreatePreparedStatementRequest>(&action.body)?;
+            let reply = query::create_prepared(svc, request).await?;
+            Ok(result(reply.as_any().encode_to_vec()))
+        }
+        CLOSE_PREPARED_STATEMENT => {
+            let request = unpack::<ActionClosePreparedStatementRequest>(&action.body)?;
+            query::prepared(&request.prepared_statement_handle)?;
+            Ok(Box::pin(futures::stream::empty()))
+        }
         CLOSE_SESSION => {
             if let Some(session) = &session {
                 svc.transactions.close_session(session).await;
@@ -291,13 +377,21 @@ struct Definition {
 }
 
 /// The table `cmd` names: `schema` is the namespace (dotted for nested ones, `default`
-/// when unset), `table` the table; `catalog` must be unset.
-fn ingest_target(cmd: &CommandStatementIngest) -> Result<(TableIdent, Definition), Error> {
-    if cmd.catalog.as_deref().is_some_and(|c| !c.is_empty()) {
+/// when unset), `table` the table; `catalog` must be unset or skade's own.
+fn ingest_target(
+    cmd: &CommandStatementIngest,
+    catalog_name: &str,
+) -> Result<(TableIdent, Definition), Error> {
+    if cmd
+        .catalog
+        .as_deref()
+        .is_some_and(|c| !c.is_empty() && c != catalog_name)
+    {
         return Err(Error::BadRequest {
-            reason: "skade has a single catalog: leave the ingest's catalog unset and name \
-                     the namespace as its schema"
-                .to_string(),
+            reason: format!(
+                "skade has a single catalog, {catalog_name:?} (--catalog-name): leave the \
+                 ingest's catalog unset (or name that one) and name the namespace as its schema"
+            ),
         });
     }
     if cmd.temporary {
@@ -406,7 +500,7 @@ async fn ingest(
     batches: Batches,
     key: Option<&TxnKey>,
 ) -> Result<u64, Error> {
-    let (ident, definition) = ingest_target(&cmd)?;
+    let (ident, definition) = ingest_target(&cmd, &svc.catalog_name)?;
     auth::record("table", &ident);
     let target = svc
         .transactions

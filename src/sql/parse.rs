@@ -111,6 +111,24 @@ enum Cond {
     },
 }
 
+impl Cond {
+    /// The column of a leaf term that takes a parameter; `None` for other terms.
+    fn param_column(&self) -> Option<&[Name]> {
+        let is_param = |o: &Operand| matches!(o, Operand::Param(_));
+        match self {
+            Cond::Cmp { column, value, .. } if is_param(value) => Some(column),
+            Cond::In { column, values, .. } if values.iter().any(is_param) => Some(column),
+            Cond::Between {
+                column, low, high, ..
+            } if is_param(low) || is_param(high) => Some(column),
+            Cond::Like {
+                column, pattern, ..
+            } if is_param(pattern) => Some(column),
+            _ => None,
+        }
+    }
+}
+
 /// A parsed `SELECT`, names not yet resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Select {
@@ -184,7 +202,7 @@ pub fn parse(sql: &str) -> Result<Select, SqlError> {
             statement_kind(statement)
         )));
     };
-    let mut params = Params::default();
+    let mut params = Placeholders::default();
     let select = query_select(query, &mut params)?;
     Ok(Select {
         parameters: params.count,
@@ -194,13 +212,13 @@ pub fn parse(sql: &str) -> Result<Select, SqlError> {
 
 /// Numbers the parameters in order of appearance (`?`), or by their number (`$n`).
 #[derive(Default)]
-struct Params {
+struct Placeholders {
     count: usize,
     positional: bool,
     numbered: bool,
 }
 
-impl Params {
+impl Placeholders {
     fn take(&mut self, text: &str) -> Result<usize, SqlError> {
         if text == "?" {
             if self.numbered {
@@ -224,7 +242,7 @@ impl Params {
     }
 }
 
-fn query_select(query: &ast::Query, params: &mut Params) -> Result<Select, SqlError> {
+fn query_select(query: &ast::Query, params: &mut Placeholders) -> Result<Select, SqlError> {
     if query.with.is_some() {
         return Err(unsupported("WITH"));
     }
@@ -439,7 +457,7 @@ fn column_name(expr: &Expr) -> Option<Vec<Name>> {
     }
 }
 
-fn operand(expr: &Expr, params: &mut Params) -> Option<Result<Operand, SqlError>> {
+fn operand(expr: &Expr, params: &mut Placeholders) -> Option<Result<Operand, SqlError>> {
     let literal = |l: Literal| Some(Ok(Operand::Literal(l)));
     match expr {
         Expr::Nested(inner) => operand(inner, params),
@@ -503,7 +521,11 @@ fn filter_column(expr: &Expr, context: &Expr) -> Result<Vec<Name>, SqlError> {
     })
 }
 
-fn value_operand(expr: &Expr, context: &Expr, params: &mut Params) -> Result<Operand, SqlError> {
+fn value_operand(
+    expr: &Expr,
+    context: &Expr,
+    params: &mut Placeholders,
+) -> Result<Operand, SqlError> {
     operand(expr, params).unwrap_or_else(|| {
         Err(unsupported(format!(
             "{expr} in {context} (a value is a literal or a parameter)"
@@ -511,7 +533,7 @@ fn value_operand(expr: &Expr, context: &Expr, params: &mut Params) -> Result<Ope
     })
 }
 
-fn cond(expr: &Expr, params: &mut Params) -> Result<Cond, SqlError> {
+fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
     match expr {
         Expr::Nested(inner) => cond(inner, params),
         Expr::BinaryOp { left, op, right } => match op {
@@ -762,8 +784,36 @@ impl Select {
         table: &str,
         params: Option<&RecordBatch>,
     ) -> Result<Bound, SqlError> {
-        let resolver = self.resolver(schema, table);
         check_params(self.parameters, params)?;
+        self.bind_with(schema, table, Params::Bound(params))
+    }
+
+    /// As [`Self::bind`] before parameters are bound (a prepared statement): names and
+    /// literals are checked; a filter term with a parameter is left out of the
+    /// predicate (which is then not the statement's: only its outputs are to be used).
+    ///
+    /// # Errors
+    /// As [`Self::bind`], but never for parameters.
+    pub fn prepare(&self, schema: &Schema, table: &str) -> Result<Bound, SqlError> {
+        self.bind_with(schema, table, Params::Unbound)
+    }
+
+    /// Whether `params` fit the statement's parameters: one row, a column per
+    /// parameter.
+    ///
+    /// # Errors
+    /// [`SqlError::Parameters`] saying what does not fit.
+    pub fn check_parameters(&self, params: &RecordBatch) -> Result<(), SqlError> {
+        check_params(self.parameters, Some(params))
+    }
+
+    fn bind_with(
+        &self,
+        schema: &Schema,
+        table: &str,
+        params: Params<'_>,
+    ) -> Result<Bound, SqlError> {
+        let resolver = self.resolver(schema, table);
         let mut outputs = Vec::new();
         for item in &self.items {
             match item {
@@ -809,6 +859,15 @@ impl Select {
             columns,
         })
     }
+}
+
+/// The parameters a statement is bound with.
+#[derive(Clone, Copy)]
+enum Params<'a> {
+    /// Bound (or none, for a statement without parameters).
+    Bound(Option<&'a RecordBatch>),
+    /// Not bound yet: terms with a parameter are left out.
+    Unbound,
 }
 
 fn check_params(expected: usize, params: Option<&RecordBatch>) -> Result<(), SqlError> {
@@ -903,19 +962,28 @@ fn value_of(
 fn bind_cond(
     cond: &Cond,
     resolver: &Resolver<'_>,
-    params: Option<&RecordBatch>,
+    mode: Params<'_>,
 ) -> Result<Predicate, SqlError> {
     let negate = |p: Predicate, negated: bool| if negated { Predicate::not(p) } else { p };
+    let params = match mode {
+        Params::Bound(params) => params,
+        Params::Unbound => {
+            if let Some(column) = cond.param_column() {
+                resolver.field(column)?;
+                return Ok(Predicate::True);
+            }
+            None
+        }
+    };
     Ok(match cond {
         Cond::And(a, b) => Predicate::And(
-            Box::new(bind_cond(a, resolver, params)?),
-            Box::new(bind_cond(b, resolver, params)?),
+            Box::new(bind_cond(a, resolver, mode)?),
+            Box::new(bind_cond(b, resolver, mode)?),
         ),
-        Cond::Or(a, b) => Predicate::or(
-            bind_cond(a, resolver, params)?,
-            bind_cond(b, resolver, params)?,
-        ),
-        Cond::Not(c) => Predicate::not(bind_cond(c, resolver, params)?),
+        Cond::Or(a, b) => {
+            Predicate::or(bind_cond(a, resolver, mode)?, bind_cond(b, resolver, mode)?)
+        }
+        Cond::Not(c) => Predicate::not(bind_cond(c, resolver, mode)?),
         Cond::Cmp { column, op, value } => {
             let field = resolver.field(column)?;
             let value = value_of(value, &field, params)?;
