@@ -389,6 +389,10 @@ async fn open_service(
         auth::reload_on_sighup(tokens, service.shutdown.clone())
             .map_err(|e| StartError::Serve(format!("cannot listen for SIGHUP: {e}")))?;
     }
+    metrics.set_settings(
+        config.ingest.commit_interval,
+        config.maintenance.cleanup_max_waiting,
+    );
     metrics.set_limits(
         config.ingest.max_streams.get(),
         service.budget.total_bytes(),

@@ -9,9 +9,12 @@
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Counter, Metric, MetricFamily, MetricType};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::catalog::CommitCounts;
 use crate::storage::object_store::ObjectStoreMetrics;
@@ -136,6 +139,21 @@ pub const OBJECT_STORE_ERRORS_TOTAL: &str = "skade_object_store_errors_total";
 pub const OBJECT_STORE_REQUEST_DURATION_SECONDS: &str =
     "skade_object_store_request_duration_seconds";
 
+/// Always 1, labelled with what the running binary was built from: `version` (skade's),
+/// `arrow`, `iceberg` and `parquet` (the crate versions linked, from `Cargo.lock`) and
+/// `rustc`.
+pub const BUILD_INFO: &str = "skade_build_info";
+/// `--commit-interval` in seconds.
+pub const COMMIT_INTERVAL_SECONDS: &str = "skade_commit_interval_seconds";
+/// `--cleanup-max-waiting` in bytes: the bound [`CLEANUP_WAITING_BYTES`] stays under.
+pub const CLEANUP_MAX_WAITING_BYTES: &str = "skade_cleanup_max_waiting_bytes";
+/// Per table with at least one streaming put open (label `table`): seconds since the
+/// later of the table's last commit and the moment its puts started (read at scrape
+/// time). Grows past `--commit-interval` when rows wait longer than they should, or a
+/// client holds a stream open without sending; absent while no put into the table is
+/// open.
+pub const TABLE_UNCOMMITTED_SECONDS: &str = "skade_table_uncommitted_seconds";
+
 /// The `lane` label of a commit on the streaming put.
 pub const LANE_STREAM: &str = "stream";
 /// The `lane` label of a multi-table commit.
@@ -148,6 +166,13 @@ pub const LANE_MAINTENANCE: &str = "maintenance";
 #[derive(Debug, Clone)]
 pub struct Metrics {
     registry: Registry,
+    /// The names of every family registered (histograms by their base name), for
+    /// [`Self::exported_names`].
+    names: Arc<Mutex<Vec<String>>>,
+    /// Streaming puts open per table and since when their table waits for a commit.
+    waits: Arc<Mutex<HashMap<String, TableWait>>>,
+    uncommitted: GaugeVec,
+    settings: SettingsFamily,
     commits: CommitFamily,
     ingest: IngestFamily,
     writers: WriterFamily,
@@ -155,14 +180,16 @@ pub struct Metrics {
     object_store: ObjectStoreMetrics,
 }
 
-/// Registers metrics on one registry.
-struct Registrar<'a>(&'a Registry);
+/// Registers metrics on one registry, noting their names.
+struct Registrar<'a>(&'a Registry, Arc<Mutex<Vec<String>>>);
 
 impl Registrar<'_> {
     fn add<C: Collector + Clone + 'static>(&self, collector: C) -> C {
+        let names: Vec<String> = collector.desc().iter().map(|d| d.fq_name.clone()).collect();
         self.0
             .register(Box::new(collector.clone()))
             .expect("unique metric");
+        lock(&self.1).extend(names);
         collector
     }
 
@@ -190,6 +217,73 @@ impl Registrar<'_> {
     fn histogram_vec(&self, name: &str, help: &str, label: &str, buckets: &[f64]) -> HistogramVec {
         let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
         self.add(HistogramVec::new(opts, &[label]).expect("valid metric"))
+    }
+}
+
+/// A table's streaming puts: how many are open, and since when the table waits for a
+/// commit (the later of its last commit and the opening of its first open put).
+#[derive(Debug, Clone, Copy)]
+struct TableWait {
+    open: usize,
+    since: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What the server runs as: build info and the settings alert rules compare against.
+#[derive(Debug, Clone)]
+struct SettingsFamily {
+    commit_interval_seconds: Gauge,
+    cleanup_max_waiting_bytes: IntGauge,
+}
+
+impl SettingsFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        let info = r.add(
+            IntGaugeVec::new(
+                Opts::new(
+                    BUILD_INFO,
+                    "Always 1, labelled with what skade was built from.",
+                ),
+                &["version", "arrow", "iceberg", "parquet", "rustc"],
+            )
+            .expect("valid metric"),
+        );
+        info.with_label_values(&[
+            env!("CARGO_PKG_VERSION"),
+            env!("SKADE_DEP_VERSION_ARROW"),
+            env!("SKADE_DEP_VERSION_ICEBERG"),
+            env!("SKADE_DEP_VERSION_PARQUET"),
+            env!("SKADE_RUSTC_VERSION"),
+        ])
+        .set(1);
+        // The process's resident memory, CPU seconds, open file descriptors, threads and
+        // start time (`process_*`, read from /proc at scrape time).
+        #[cfg(target_os = "linux")]
+        r.add_process_collector();
+        Self {
+            commit_interval_seconds: r.add(
+                Gauge::new(COMMIT_INTERVAL_SECONDS, "--commit-interval in seconds.")
+                    .expect("valid metric"),
+            ),
+            cleanup_max_waiting_bytes: r.gauge(
+                CLEANUP_MAX_WAITING_BYTES,
+                "--cleanup-max-waiting in bytes: the bound on bytes of unreferenced files waiting out a grace period.",
+            ),
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Registrar<'_> {
+    fn add_process_collector(&self) {
+        let collector = prometheus::process_collector::ProcessCollector::for_self();
+        let names: Vec<String> = collector.desc().iter().map(|d| d.fq_name.clone()).collect();
+        if self.0.register(Box::new(collector)).is_ok() {
+            lock(&self.1).extend(names);
+        }
     }
 }
 
@@ -495,8 +589,23 @@ impl Metrics {
     /// the names are the constants above.
     pub fn new() -> Self {
         let registry = Registry::new();
-        let r = Registrar(&registry);
+        let names = Arc::new(Mutex::new(Vec::new()));
+        let r = Registrar(&registry, names.clone());
+        let uncommitted = r.add(
+            GaugeVec::new(
+                Opts::new(
+                    TABLE_UNCOMMITTED_SECONDS,
+                    "Seconds a table with open streaming puts has waited for a commit.",
+                ),
+                &["table"],
+            )
+            .expect("valid metric"),
+        );
         Self {
+            settings: SettingsFamily::new(&r),
+            uncommitted,
+            waits: Arc::default(),
+            names,
             commits: CommitFamily::new(&r),
             ingest: IngestFamily::new(&r),
             writers: WriterFamily::new(&r),
@@ -539,10 +648,16 @@ impl Metrics {
                 continue;
             };
             // A second catalog's counts are refused as a duplicate: the first stays.
-            let _ = self.registry.register(Box::new(PullingCounter {
-                desc,
-                read: Box::new(move || read(&counts)),
-            }));
+            if self
+                .registry
+                .register(Box::new(PullingCounter {
+                    desc,
+                    read: Box::new(move || read(&counts)),
+                }))
+                .is_ok()
+            {
+                lock(&self.names).push(name.to_string());
+            }
         }
     }
 
@@ -575,8 +690,12 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// Adds one commit's rows, data files and bytes to `table`'s counters.
+    /// Adds one commit's rows, data files and bytes to `table`'s counters; the table's
+    /// open puts wait for a commit from now on.
     fn count_table(&self, table: &str, stats: &IngestStats) {
+        if let Some(wait) = lock(&self.waits).get_mut(table) {
+            wait.since = Instant::now();
+        }
         let labels = [table];
         let c = &self.commits;
         c.rows.with_label_values(&labels).inc_by(stats.rows);
@@ -618,7 +737,67 @@ impl Metrics {
     /// Counts one open DoPut stream until the returned guard drops.
     pub fn put_stream_opened(&self) -> ActiveStream {
         self.ingest.put_streams_active.inc();
-        ActiveStream(self.ingest.put_streams_active.clone())
+        ActiveStream {
+            gauge: self.ingest.put_streams_active.clone(),
+            table: None,
+        }
+    }
+
+    /// Counts one open streaming put into `table` until the returned guard drops; while
+    /// one is open, [`TABLE_UNCOMMITTED_SECONDS`] shows how long the table has waited
+    /// for a commit.
+    pub fn table_put_opened(&self, table: &str) -> ActiveStream {
+        let mut guard = self.put_stream_opened();
+        let mut waits = lock(&self.waits);
+        let wait = waits.entry(table.to_string()).or_insert(TableWait {
+            open: 0,
+            since: Instant::now(),
+        });
+        if wait.open == 0 {
+            wait.since = Instant::now();
+        }
+        wait.open += 1;
+        guard.table = Some((table.to_string(), self.waits.clone()));
+        guard
+    }
+
+    /// Sets the settings alert rules compare against: `--commit-interval` and
+    /// `--cleanup-max-waiting` (bytes).
+    pub fn set_settings(
+        &self,
+        commit_interval: std::time::Duration,
+        cleanup_max_waiting_bytes: u64,
+    ) {
+        let s = &self.settings;
+        s.commit_interval_seconds.set(commit_interval.as_secs_f64());
+        s.cleanup_max_waiting_bytes
+            .set(gauge_value(cleanup_max_waiting_bytes));
+    }
+
+    /// The name of every metric family this registry exports (histograms by their base
+    /// name, without `_bucket`, `_sum`, `_count`), whether or not it has a sample yet.
+    pub fn exported_names(&self) -> Vec<String> {
+        let mut names = lock(&self.names).clone();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Sets [`TABLE_UNCOMMITTED_SECONDS`] of every table with open puts, and removes
+    /// the series of tables without.
+    fn refresh_waits(&self) {
+        let now = Instant::now();
+        let mut waits = lock(&self.waits);
+        waits.retain(|table, wait| {
+            if wait.open == 0 {
+                let _ = self.uncommitted.remove_label_values(&[table]);
+                return false;
+            }
+            self.uncommitted
+                .with_label_values(&[table])
+                .set(now.saturating_duration_since(wait.since).as_secs_f64());
+            true
+        });
     }
 
     /// Sets the number of open Flight SQL transactions.
@@ -758,6 +937,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        self.refresh_waits();
         let mut out = Vec::new();
         // Encoding into a Vec cannot fail for well-formed metric families.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
@@ -775,11 +955,20 @@ impl Default for Metrics {
 /// dropping it counts the stream closed.
 #[derive(Debug)]
 #[must_use = "dropping the guard counts the stream closed at once"]
-pub struct ActiveStream(IntGauge);
+pub struct ActiveStream {
+    gauge: IntGauge,
+    /// The table of a streaming put, and the waits it counts in.
+    table: Option<(String, Arc<Mutex<HashMap<String, TableWait>>>)>,
+}
 
 impl Drop for ActiveStream {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
+        if let Some((table, waits)) = &self.table
+            && let Some(wait) = lock(waits).get_mut(table)
+        {
+            wait.open = wait.open.saturating_sub(1);
+        }
     }
 }
 
@@ -862,6 +1051,68 @@ mod tests {
         }
         drop(stream);
         assert_eq!(value(&m.render(), "skade_put_streams_active"), Some(0.0));
+    }
+
+    // Catches build info that reports literals instead of what was linked (the arrow
+    // label must be Cargo.lock's arrow, read here independently), missing process
+    // metrics, and a per-table wait series that outlives the table's last open put or
+    // never appears.
+    #[test]
+    fn build_info_process_metrics_and_table_waits() {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+            .expect("Cargo.lock");
+        let arrow = lock
+            .split("[[package]]")
+            .find(|b| b.lines().any(|l| l.trim() == "name = \"arrow\""))
+            .and_then(|b| {
+                b.lines()
+                    .find_map(|l| l.trim().strip_prefix("version = \""))
+            })
+            .and_then(|v| v.strip_suffix('"'))
+            .expect("arrow in Cargo.lock");
+        let m = Metrics::new();
+        m.set_settings(std::time::Duration::from_secs(10), 1 << 30);
+        let text = m.render();
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("skade_build_info{"))
+            .expect("build info");
+        assert!(info.contains(&format!("arrow=\"{arrow}\"")), "{info}");
+        assert!(
+            info.contains("version=\"0.1.0\"") && info.ends_with(" 1"),
+            "{info}"
+        );
+        assert_eq!(value(&text, "skade_commit_interval_seconds"), Some(10.0));
+        assert_eq!(
+            value(&text, "skade_cleanup_max_waiting_bytes"),
+            Some(1073741824.0)
+        );
+        let resident = value(&text, "process_resident_memory_bytes").expect("resident memory");
+        assert!(resident > 1e6, "{resident}");
+        assert!(value(&text, "process_open_fds").is_some_and(|fds| fds >= 1.0));
+
+        let series = r#"skade_table_uncommitted_seconds{table="ns.a"}"#;
+        assert_eq!(value(&text, series), None, "no put open yet");
+        let first = m.table_put_opened("ns.a");
+        let second = m.table_put_opened("ns.a");
+        assert!(value(&m.render(), series).is_some_and(|s| s >= 0.0));
+        drop(first);
+        assert!(
+            value(&m.render(), series).is_some(),
+            "one put is still open"
+        );
+        drop(second);
+        let text = m.render();
+        assert_eq!(value(&text, series), None, "{text}");
+        assert_eq!(value(&text, "skade_put_streams_active"), Some(0.0));
+        let names = m.exported_names();
+        for name in [
+            "skade_build_info",
+            "process_resident_memory_bytes",
+            "skade_ingest_errors_total",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
     }
 
     // Catches a maintenance record method that bumps the wrong series, label or amount,

@@ -31,11 +31,21 @@ pub(crate) struct Batches {
     limit_bytes: u64,
 }
 
+/// Why an empty `DoPut` (no message at all) is refused: what the client sent, what the
+/// server did (nothing) and what to do instead. The ADBC Flight SQL drivers send one for
+/// an ingest of a table with no rows; refusing it loudly keeps the user from believing
+/// an empty table was created.
+pub(crate) const EMPTY_DOPUT: &str = "empty DoPut: the client sent no descriptor and no schema \
+     (ADBC drivers send this for an ingest of a table with no rows), so skade created nothing \
+     and touched no open transaction (its other tables still commit); to create an empty \
+     table, create it over the REST catalog, or ingest a stream that carries its schema \
+     (docs/transactions.md, \"Empty tables\")";
+
 /// The first message of a `DoPut`, the one whose descriptor names the target, read from
 /// `input` (whose messages may be at most `limit_bytes` long).
 ///
 /// # Errors
-/// [`Error::BadRequest`] for a stream with no message; [`flight_error`]'s mapping of a
+/// [`Error::BadRequest`] ([`EMPTY_DOPUT`]) for a stream with no message; [`flight_error`]'s mapping of a
 /// transport failure.
 pub(crate) async fn first_message(
     input: &mut Streaming<FlightData>,
@@ -44,7 +54,7 @@ pub(crate) async fn first_message(
     match input.message().await {
         Ok(Some(first)) => Ok(first),
         Ok(None) => Err(Error::BadRequest {
-            reason: "empty DoPut stream: the first message must carry a descriptor".to_string(),
+            reason: EMPTY_DOPUT.to_string(),
         }),
         Err(status) => Err(flight_error(
             FlightError::Tonic(Box::new(status)),

@@ -415,7 +415,7 @@ impl FlightService for SkadeFlight {
         let writer = exactly_once::writer_id(&headers).map_err(|e| self.fail(e))?;
         let (tx, rx) = mpsc::unbounded_channel();
         let this = self.clone();
-        let guard = self.svc.metrics.put_stream_opened();
+        let guard = self.svc.metrics.table_put_opened(&ident.to_string());
         self.svc.puts.spawn(
             async move {
                 let _guard = guard;
