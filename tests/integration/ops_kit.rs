@@ -31,7 +31,10 @@ fn names_in(text: &str) -> (Vec<String>, Vec<String>) {
             .unwrap_or(bytes.len());
         let name = text[i..end].to_string();
         if name.contains(':') {
-            recorded.push(name);
+            // A recording rule is `level:metric:operations` (a `skade:` in prose is not).
+            if name.split(':').filter(|p| !p.is_empty()).count() >= 3 {
+                recorded.push(name);
+            }
         } else {
             metrics.push(name);
         }
@@ -56,7 +59,10 @@ async fn every_metric_the_rules_and_dashboard_read_is_exported() {
             .iter()
             .find_map(|s| name.strip_suffix(s))
             .unwrap_or(name);
+        // The live-heap gauge exists only where the binary's counting allocator runs
+        // (not in this test process): its name is checked against the constant.
         exported.iter().any(|e| e == name || e == base)
+            || name == skade::metrics::HEAP_ALLOCATED_BYTES
     };
     let (rule_metrics, _) = names_in(RULES);
     let (dash_metrics, dash_recorded) = names_in(DASHBOARD);
@@ -127,7 +133,12 @@ async fn metrics_carry_plausible_process_figures_and_build_info() {
         "resident {resident}"
     );
     assert!(metric(&body, "process_open_fds") >= 3.0, "{body}");
-    assert!(metric(&body, "process_cpu_seconds_total") > 0.0);
+    // Whole seconds (the collector's counter): present, possibly 0 this early.
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("process_cpu_seconds_total ")),
+        "{body}"
+    );
     let lock = include_str!("../../Cargo.lock");
     let arrow = lock
         .split("[[package]]")
