@@ -7,7 +7,7 @@
 //! nested field (`s.a`), and a filter combines with `AND`, `OR`, `NOT` and parentheses
 //! the comparisons `<column> <op> <value>` (`=`, `<>`, `!=`, `<`, `<=`, `>`, `>=`, either
 //! side), `<column> [NOT] IN (<value>, …)`, `<column> IS [NOT] NULL`, `<column> [NOT]
-//! BETWEEN <value> AND <value>` and `<column> [NOT] LIKE '<pattern>'`; a value is a
+//! BETWEEN <value> AND <value>`, `<column> [NOT] LIKE '<pattern>'` and a boolean column alone; a value is a
 //! literal (number, string, `TRUE`/`FALSE`, `X'…'`, `DATE '…'`, `TIME '…'`,
 //! `TIMESTAMP '…'`) or a parameter (`?` in order, or `$n`). Unquoted names match a
 //! column exactly, else case-insensitively when only one column matches; quoted names
@@ -631,6 +631,12 @@ fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
         Expr::Like { .. } => Err(unsupported(format!("LIKE with ANY or ESCAPE ({expr})"))),
         Expr::ILike { .. } => Err(unsupported(format!("ILIKE ({expr})"))),
         Expr::Function(f) => Err(unsupported(format!("the function {f}"))),
+        // A bare column is a boolean column's value: `WHERE flag`, `WHERE NOT flag`.
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => Ok(Cond::Cmp {
+            column: filter_column(expr, expr)?,
+            op: CmpOp::Eq,
+            value: Operand::Literal(Literal::Bool(true)),
+        }),
         other => Err(unsupported(format!("the filter {other}"))),
     }
 }
@@ -704,24 +710,31 @@ impl Resolver<'_> {
 
     /// A filter's field: a primitive one.
     fn field(&self, path: &[Name]) -> Result<Field, SqlError> {
-        let (ids, name, ty) = self.resolve(path)?;
-        match ty {
-            Type::Primitive(ty) => Ok(Field {
-                id: ids.last().copied().unwrap_or_default(),
-                path: ids,
-                name,
-                ty,
-            }),
-            other => Err(unsupported(format!(
-                "filtering on {name}, a {} column (only primitive columns)",
-                match other {
-                    Type::Struct(_) => "struct",
-                    Type::List(_) => "list",
-                    Type::Map(_) => "map",
-                    Type::Primitive(_) => "primitive",
-                }
-            ))),
+        let field = self.any_field(path)?;
+        if field.primitive().is_some() {
+            return Ok(field);
         }
+        let kind = match field.ty {
+            Type::Struct(_) => "struct",
+            Type::List(_) => "list",
+            Type::Map(_) => "map",
+            Type::Primitive(_) => "primitive",
+        };
+        Err(unsupported(format!(
+            "comparing {}, a {kind} column, with a value (only IS [NOT] NULL)",
+            field.name
+        )))
+    }
+
+    /// A field of any type (for `IS [NOT] NULL`).
+    fn any_field(&self, path: &[Name]) -> Result<Field, SqlError> {
+        let (ids, name, ty) = self.resolve(path)?;
+        Ok(Field {
+            id: ids.last().copied().unwrap_or_default(),
+            path: ids,
+            name,
+            ty,
+        })
     }
 }
 
@@ -899,7 +912,7 @@ fn collect_param_types(
         if let Operand::Param(i) = operand {
             let field = resolver.field(column)?;
             if let Some(slot) = types.get_mut(*i) {
-                *slot = Some(field.ty);
+                *slot = field.primitive().cloned();
             }
         }
         Ok(())
@@ -1007,7 +1020,7 @@ fn bind_cond(
         }
         Cond::IsNull { column, negated } => negate(
             Predicate::IsNull {
-                field: resolver.field(column)?,
+                field: resolver.any_field(column)?,
             },
             *negated,
         ),
@@ -1042,7 +1055,7 @@ fn bind_cond(
             negated,
         } => {
             let field = resolver.field(column)?;
-            if field.ty != PrimitiveType::String {
+            if field.primitive() != Some(&PrimitiveType::String) {
                 return Err(unsupported(format!(
                     "LIKE on {}, a {} column (only string columns)",
                     field.name, field.ty
@@ -1143,6 +1156,14 @@ mod tests {
         };
         assert_eq!(bind("SELECT * FROM t WHERE id > 5"), "id > 5");
         assert_eq!(bind("SELECT * FROM t WHERE 5 > id"), "id < 5");
+        let flags = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "ok", Type::Primitive(PrimitiveType::Boolean)).into(),
+            ])
+            .build()
+            .unwrap();
+        let flag = parse("SELECT * FROM t WHERE NOT ok").unwrap().bind(&flags, "t", None).unwrap();
+        assert_eq!(flag.predicate.to_string(), "NOT ok = true");
         assert_eq!(bind("SELECT * FROM t WHERE ID <> -3"), "id <> -3");
         assert_eq!(
             bind("SELECT * FROM t WHERE t.s.a = 1 OR s.a IS NULL"),

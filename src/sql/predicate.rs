@@ -10,7 +10,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use iceberg::spec::{DataFile, Datum, PrimitiveLiteral, PrimitiveType};
+use iceberg::spec::{DataFile, Datum, PrimitiveLiteral, PrimitiveType, Type};
 
 /// A (possibly nested) primitive field of the table's schema.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +22,19 @@ pub struct Field {
     pub path: Vec<i32>,
     /// Its full name, nested names joined by `.` (for messages).
     pub name: String,
-    /// Its type.
-    pub ty: PrimitiveType,
+    /// Its type: primitive for every predicate but [`Predicate::IsNull`], which takes
+    /// any field (a struct, list or map column too).
+    pub ty: Type,
+}
+
+impl Field {
+    /// The field's type when it is primitive.
+    pub fn primitive(&self) -> Option<&PrimitiveType> {
+        match &self.ty {
+            Type::Primitive(p) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 /// A comparison operator.
@@ -254,7 +265,10 @@ impl Stats<'_> {
 
     /// Whether a NaN of field `id` may be in the file (bounds leave NaNs out).
     fn may_hold_nan(&self, field: &Field) -> bool {
-        matches!(field.ty, PrimitiveType::Float | PrimitiveType::Double)
+        matches!(
+            field.primitive(),
+            Some(PrimitiveType::Float | PrimitiveType::Double)
+        )
             && Self::count(self.file.nan_value_counts(), field.id) != Some(0)
     }
 
@@ -356,7 +370,7 @@ mod tests {
             id,
             path: vec![id],
             name: format!("c{id}"),
-            ty,
+            ty: Type::Primitive(ty),
         }
     }
 
