@@ -59,17 +59,87 @@ pub struct GcConfig {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// The server's warehouse flags (`--warehouse`, `--s3-*`, or their `SKADE_*`
-    /// variables): gc must see the tables where the server wrote them.
+    /// The server's warehouse flags (`--warehouse`, `--s3-endpoint`, `--s3-region`,
+    /// `--s3-path-style-access`, or their `SKADE_*` variables): gc must see the tables
+    /// where the server wrote them.
     #[command(flatten)]
-    pub storage: StorageConfig,
+    pub storage: GcStorageConfig,
 
     /// The servers' catalog flags (`--catalog`, `--catalog-name`, `--catalog-pool-size`):
     /// unset, the redb catalog in `--data-dir` (gc refuses it while a server holds it);
     /// a PostgreSQL catalog is collected beside its running instances, keeping every
     /// file an open write on any of them may still commit.
     #[command(flatten)]
-    pub catalog: CatalogConfig,
+    pub catalog: GcCatalogConfig,
+}
+
+/// The warehouse flags `skade gc` takes: the server's, less what only a server uses
+/// (`--s3-vend-credentials`, which hands credentials to REST clients).
+#[derive(Debug, Clone, Args)]
+pub struct GcStorageConfig {
+    /// Warehouse root: a local directory, or `s3://bucket/prefix` for object storage.
+    /// Default: `warehouse/` under `--data-dir`.
+    #[arg(long, env = "SKADE_WAREHOUSE")]
+    pub warehouse: Option<String>,
+
+    /// S3 endpoint URL for S3-compatible stores (e.g. `http://127.0.0.1:9000`); unset:
+    /// AWS's own.
+    #[arg(long, env = "SKADE_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// S3 signing region; unset: `AWS_REGION`, `AWS_DEFAULT_REGION`, else `us-east-1`.
+    #[arg(long, env = "SKADE_S3_REGION")]
+    pub s3_region: Option<String>,
+
+    /// Path-style S3 addressing (`true` or `false`), as the server was given.
+    #[arg(long, env = "SKADE_S3_PATH_STYLE_ACCESS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_path_style_access: bool,
+}
+
+impl GcStorageConfig {
+    /// The warehouse these flags name, `data_dir/warehouse` by default.
+    ///
+    /// # Errors
+    /// As [`StorageConfig::warehouse`].
+    pub fn warehouse(
+        &self,
+        data_dir: &std::path::Path,
+    ) -> iceberg::Result<crate::storage::Warehouse> {
+        StorageConfig {
+            warehouse: self.warehouse.clone(),
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_path_style_access: self.s3_path_style_access,
+            s3_vend_credentials: false,
+        }
+        .warehouse(data_dir)
+    }
+}
+
+/// The catalog flags `skade gc` takes: the server's, less what only a server uses
+/// (`--catalog-commit-turn`: gc commits nothing).
+#[derive(Debug, Clone, Args)]
+pub struct GcCatalogConfig {
+    /// The catalog: unset, the embedded redb file `catalog.redb` in `--data-dir`;
+    /// `postgres://user:password@host:port/database` for the servers' shared one.
+    #[arg(long = "catalog", env = "SKADE_CATALOG")]
+    pub url: Option<String>,
+
+    /// The JDBC catalog name the servers' rows carry (`--catalog-name` of the servers).
+    #[arg(
+        long = "catalog-name",
+        env = "SKADE_CATALOG_NAME",
+        default_value = "skade"
+    )]
+    pub name: String,
+
+    /// Most connections gc opens to a PostgreSQL catalog (at least 2).
+    #[arg(
+        long = "catalog-pool-size",
+        env = "SKADE_CATALOG_POOL_SIZE",
+        default_value_t = 16
+    )]
+    pub pool_size: usize,
 }
 
 /// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.
@@ -408,6 +478,43 @@ impl std::str::FromStr for ListenAddr {
             return Err(format!("{host:?} is not a host name or address; {usage}"));
         }
         Ok(Self(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    // Catches `skade gc --help` listing flags only a server uses (the reader
+    // found --catalog-commit-turn and --s3-vend-credentials there), or losing the ones
+    // gc needs to find the tables.
+    #[test]
+    fn gc_help_lists_only_what_gc_uses() {
+        let mut cli = Cli::command();
+        let gc = cli.find_subcommand_mut("gc").expect("gc subcommand");
+        let help = gc.render_long_help().to_string();
+        for server_only in [
+            "--catalog-commit-turn",
+            "--s3-vend-credentials",
+            "--flight-addr",
+            "--max-streams",
+        ] {
+            assert!(!help.contains(server_only), "{server_only} in\n{help}");
+        }
+        for needed in [
+            "--data-dir",
+            "--grace",
+            "--dry-run",
+            "--warehouse",
+            "--s3-endpoint",
+            "--catalog ",
+            "--catalog-name",
+            "--catalog-pool-size",
+        ] {
+            assert!(help.contains(needed), "{needed} missing from\n{help}");
+        }
     }
 }
 

@@ -282,7 +282,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         version = env!("CARGO_PKG_VERSION"),
         %flight_addr,
         %metrics_addr,
-        data_dir = %config.data_dir.display(),
+        // On a PostgreSQL catalog with its own --warehouse nothing is kept in the data dir.
+        data_dir = %match (service.catalog.store_kind(), &config.storage.warehouse) {
+            (catalog::StoreKind::Postgres { .. }, Some(_)) => "none (unused)".to_string(),
+            _ => config.data_dir.display().to_string(),
+        },
         catalog = %match service.catalog.store_kind() {
             catalog::StoreKind::Redb => "redb (catalog.redb in the data dir)".to_string(),
             catalog::StoreKind::Postgres { target, instance } => {

@@ -1162,7 +1162,10 @@ mod tests {
             ])
             .build()
             .unwrap();
-        let flag = parse("SELECT * FROM t WHERE NOT ok").unwrap().bind(&flags, "t", None).unwrap();
+        let flag = parse("SELECT * FROM t WHERE NOT ok")
+            .unwrap()
+            .bind(&flags, "t", None)
+            .unwrap();
         assert_eq!(flag.predicate.to_string(), "NOT ok = true");
         assert_eq!(bind("SELECT * FROM t WHERE ID <> -3"), "id <> -3");
         assert_eq!(

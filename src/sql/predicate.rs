@@ -268,8 +268,7 @@ impl Stats<'_> {
         matches!(
             field.primitive(),
             Some(PrimitiveType::Float | PrimitiveType::Double)
-        )
-            && Self::count(self.file.nan_value_counts(), field.id) != Some(0)
+        ) && Self::count(self.file.nan_value_counts(), field.id) != Some(0)
     }
 
     /// Whether a row may satisfy `field op value`.

@@ -67,7 +67,10 @@ fn bad(field: &Field, value: impl std::fmt::Display, reason: impl Into<String>) 
 /// The field's primitive type; comparisons and values take primitive fields only.
 fn primitive(field: &Field) -> Result<&PrimitiveType, SqlError> {
     field.primitive().ok_or_else(|| SqlError::Unsupported {
-        what: format!("comparing {}, a {} column, with a value (only IS [NOT] NULL)", field.name, field.ty),
+        what: format!(
+            "comparing {}, a {} column, with a value (only IS [NOT] NULL)",
+            field.name, field.ty
+        ),
     })
 }
 
@@ -303,16 +306,24 @@ pub(crate) fn array_datum(
     let datum = match ty {
         PrimitiveType::Boolean => Datum::bool(cast.as_boolean_opt().ok_or_else(missing)?.value(0)),
         PrimitiveType::Int => Datum::int(
-            cast.as_primitive_opt::<Int32Type>().ok_or_else(missing)?.value(0),
+            cast.as_primitive_opt::<Int32Type>()
+                .ok_or_else(missing)?
+                .value(0),
         ),
         PrimitiveType::Long => Datum::long(
-            cast.as_primitive_opt::<Int64Type>().ok_or_else(missing)?.value(0),
+            cast.as_primitive_opt::<Int64Type>()
+                .ok_or_else(missing)?
+                .value(0),
         ),
         PrimitiveType::Float => Datum::float(
-            cast.as_primitive_opt::<Float32Type>().ok_or_else(missing)?.value(0),
+            cast.as_primitive_opt::<Float32Type>()
+                .ok_or_else(missing)?
+                .value(0),
         ),
         PrimitiveType::Double => Datum::double(
-            cast.as_primitive_opt::<Float64Type>().ok_or_else(missing)?.value(0),
+            cast.as_primitive_opt::<Float64Type>()
+                .ok_or_else(missing)?
+                .value(0),
         ),
         PrimitiveType::Decimal { .. } => {
             let mantissa = cast
@@ -322,7 +333,9 @@ pub(crate) fn array_datum(
             decimal_datum(mantissa, ty).map_err(|reason| bad(field, describe(), reason))?
         }
         PrimitiveType::Date => Datum::date(
-            cast.as_primitive_opt::<Date32Type>().ok_or_else(missing)?.value(0),
+            cast.as_primitive_opt::<Date32Type>()
+                .ok_or_else(missing)?
+                .value(0),
         ),
         PrimitiveType::Time => Datum::time_micros(
             cast.as_primitive_opt::<Time64MicrosecondType>()

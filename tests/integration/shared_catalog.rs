@@ -595,4 +595,81 @@ async fn a_tables_commit_retry_properties_replace_the_default_policy() {
     let properties = now.metadata().properties();
     assert_eq!(properties.get("mine").map(String::as_str), Some("0"));
     assert_eq!(properties.get("theirs").map(String::as_str), Some("3"));
+
+// Catches instance rows left behind (the reader found a row per killed instance
+// and per `skade gc` run, for 24 hours) and rows without a host: an instance that stops
+// and a gc that ends remove their own row; every row names this machine's host (as
+// `hostname` prints it, a second reading of it), whatever HOSTNAME says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_rows_name_the_host_and_leave_with_their_instance() {
+    let pg = PgCluster::start();
+    let url = pg.create_database("instance_rows");
+    let warehouse = tempfile::tempdir().expect("warehouse");
+    let open = || {
+        skade::catalog::RedbCatalog::open_postgres(
+            &url,
+            "skade",
+            2,
+            skade::catalog::store::postgres::turns::CommitTurn::Instance,
+            skade::storage::Warehouse::Local(warehouse.path().to_path_buf()),
+        )
+    };
+    let rows = || psql(&url, "SELECT count(*) FROM skade_instances");
+    let hostname = std::process::Command::new("hostname")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .expect("hostname");
+    let first = open().await.expect("first instance");
+    let second = open().await.expect("second instance");
+    assert_eq!(rows(), "2");
+    assert_eq!(
+        psql(
+            &url,
+            "SELECT string_agg(DISTINCT host, ',') FROM skade_instances"
+        ),
+        hostname
+    );
+    drop(first);
+    assert_eq!(rows(), "1", "a stopped instance keeps its row");
+    drop(second);
+    assert_eq!(rows(), "0");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skade"))
+        .args(["gc", "--grace", "0s", "--catalog", &url, "--warehouse"])
+        .arg(warehouse.path())
+        .env("HOSTNAME", "")
+        .output()
+        .expect("run skade gc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rows(), "0", "skade gc left its row");
+}
+
+// Catches the start-up line naming a data dir an instance on a PostgreSQL catalog with
+// its own warehouse does not use (the reader saw data_dir=./skade-data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_instance_with_its_own_warehouse_logs_no_data_dir() {
+    let pg = PgCluster::start();
+    let url = pg.create_database("no_data_dir");
+    let dir = tempfile::tempdir().expect("dir");
+    let warehouse = dir.path().join("wh").display().to_string();
+    let server = crate::common::Binary::serve(
+        &dir.path().join("data"),
+        "info",
+        &["--catalog", &url, "--warehouse", &warehouse],
+    )
+    .await;
+    let events = server.stop();
+    let serving = events
+        .iter()
+        .find(|e| crate::common::message_of(e) == "serving")
+        .expect("serving event");
+    assert_eq!(
+        serving["data_dir"].as_str(),
+        Some("none (unused)"),
+        "{serving}"
+    );
 }

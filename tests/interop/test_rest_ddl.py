@@ -388,3 +388,37 @@ def test_writes_over_https_need_the_bearer_token(skade_tls_server, tmp_path, mon
     assert [f.name for f in created.spec().fields] == ["ts_day", "id_bucket"]
     authorized.drop_table(("tls_ns", "t"))
     assert not authorized.table_exists(("tls_ns", "t"))
+
+
+def test_the_guides_pyiceberg_and_curl_examples_run_in_order(tmp_path):
+    """Catches a guide whose examples do not run as written one after the other: its
+    curl block's first request answered 409 because the pyiceberg example before it had
+    made the namespace (the issue's reader hit exactly that). Runs both blocks of
+    docs/rest-ddl.md against a fresh server and checks that no curl request is refused."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT, launch_skade
+
+    guide = (REPO_ROOT / "docs" / "rest-ddl.md").read_text()
+    [python] = [b for b in re.findall(r"^```python\n(.*?)^```", guide, flags=re.S | re.M)
+                if "create_table" in b]
+    [shell] = re.findall(r"^```sh\n(.*?)^```", guide, flags=re.S | re.M)
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("curl is not installed")
+    for server in launch_skade(tmp_path):
+        local = "http://127.0.0.1:9464"
+        script = tmp_path / "ddl.py"
+        script.write_text(python.replace(local, server.metrics_url))
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert shell.count("-w '\\n'") >= 3, shell
+        commands = (shell.replace(local, server.metrics_url)
+                    .replace("-w '\\n'", "--noproxy '*' -w '\\n%{http_code}\\n'"))
+        done = subprocess.run(["bash", "-e", "-c", commands], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        codes = re.findall(r"^(\d{3})$", done.stdout, flags=re.M)
+        assert codes and all(c.startswith("2") for c in codes), done.stdout
