@@ -15,15 +15,26 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
+/// Libraries whose warnings skade says again in its own words, shown from `error` only.
+const QUIET_TARGETS: &str = "deadpool.postgres=error";
+
 /// Installs the global subscriber. Call once, first thing in `main`.
 pub fn init(format: LogFormat) {
-    let (filter, bad_filter) = match EnvFilter::try_from_default_env() {
+    let (mut filter, bad_filter) = match EnvFilter::try_from_default_env() {
         Ok(filter) => (filter, None),
         Err(e) => (
             EnvFilter::new("info"),
             std::env::var("RUST_LOG").ok().map(|v| (v, e)),
         ),
     };
+    // The catalog pool's own warnings (`Connection could not be recycled: Connection
+    // closed`, one per pooled connection when the database goes away) name neither the
+    // database nor the reason; skade logs the connection's end in its words instead
+    // (`a connection to the catalog database ended`). A RUST_LOG that names the target
+    // keeps what it asks for.
+    if !std::env::var("RUST_LOG").is_ok_and(|v| v.contains("deadpool")) {
+        filter = filter.add_directive(QUIET_TARGETS.parse().expect("a valid directive"));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

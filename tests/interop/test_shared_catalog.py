@@ -92,6 +92,17 @@ def sql_catalog(
     return SqlCatalog(name, uri=database.sqlalchemy_url, warehouse=f"file://{warehouse}")
 
 
+def metrics_of(server: SkadeServer) -> dict[str, float]:
+    """Every sample of ``/metrics`` (name with labels) and its value."""
+    _, body = http_get(f"{server.metrics_url}/metrics")
+    samples = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            samples[key] = float(value)
+    return samples
+
+
 def rest_catalog(server: SkadeServer):
     return load_catalog(f"rest-{server.metrics_url}", type="rest", uri=server.metrics_url)
 
@@ -598,6 +609,9 @@ def test_puts_recover_after_a_postgres_restart(tmp_path, own_postgres):
         # pyarrow repeats the whole status after "gRPC client debug context".
         said = str(refused.value).split("gRPC client debug context")[0]
         assert said.count(f"catalog database {target}") == 1, said
+        # In skade's words: no iceberg `Kind => message`, no `source: not connected`.
+        for internal in ["=>", "Unexpected", "source:", "not connected"]:
+            assert internal not in said, said
 
         def not_ready():
             status, body = http_get(f"{server.metrics_url}/readyz")
@@ -605,6 +619,29 @@ def test_puts_recover_after_a_postgres_restart(tmp_path, own_postgres):
 
         body = wait_for("/readyz says not ready naming the database", not_ready, timeout_s=10)
         assert body.startswith("not ready"), body
+        assert "=>" not in body and "Unexpected" not in body, body
+
+        # Maintenance fails every pass while the database is down: each failure is
+        # counted, but an identical one is logged once a minute (with a count), not
+        # twice a second.
+        failures = "skade_maintenance_errors_total"
+        start = sum(v for k, v in metrics_of(server).items() if k.startswith(failures))
+        wait_for("six more failed maintenance jobs",
+                 lambda: sum(v for k, v in metrics_of(server).items()
+                             if k.startswith(failures)) >= start + 6, timeout_s=30)
+        log = server.log_path.read_text()
+        failed = [line for line in log.splitlines()
+                  if "maintenance pass failed" in line or "maintenance job failed" in line]
+        assert failed, log[-3000:]
+        reasons = [line.split("error=", 1)[-1].split(" repeats=")[0] for line in failed]
+        assert len(reasons) == len(set(reasons)), "\n".join(failed)
+        for line in failed:
+            assert "=>" not in line and "source: not connected" not in line, line
+        assert "Connection error: db error" not in log
+        assert "Connection could not be recycled" not in log
+        for line in log.splitlines():
+            if "a connection to the catalog database ended" in line:
+                assert target in line and "reason=" in line, line
 
         own_postgres.restart()
         restarted = time.monotonic()
