@@ -90,6 +90,11 @@ def test_readme_first_screen_example_writes_and_reads_back(fresh_server, tmp_pat
     first = python_blocks(readme)[0]
     first_screen = readme[: readme.index("## ", readme.index("\n") + 1)]
     assert first in first_screen, "the complete example must be on the first screen"
+    # The command that runs the server comes before anything about the test suite, whose
+    # prerequisites follow the example (the reader met them first).
+    serve = first_screen.index("cargo run --release -- serve")
+    assert serve < first_screen.index("tests/run.sh"), "tests/run.sh before the first command"
+    assert first_screen.index(first) < first_screen.index("promtool"), "test prerequisites first"
     assert "grpc://127.0.0.1:50051" in first and "http://127.0.0.1:9464" in first
     script = first.replace("grpc://127.0.0.1:50051", fresh_server.flight_uri).replace(
         "http://127.0.0.1:9464", fresh_server.metrics_url
