@@ -481,6 +481,13 @@ impl std::str::FromStr for ListenAddr {
     }
 }
 
+/// Parses a byte size such as `128MiB`, `64 MB` or `1048576`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("not a byte size ({e}); use e.g. 128MiB"))
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -516,11 +523,4 @@ mod tests {
             assert!(help.contains(needed), "{needed} missing from\n{help}");
         }
     }
-}
-
-/// Parses a byte size such as `128MiB`, `64 MB` or `1048576`.
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    s.parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("not a byte size ({e}); use e.g. 128MiB"))
 }

@@ -170,7 +170,7 @@ pub struct Metrics {
     /// [`Self::exported_names`].
     names: Arc<Mutex<Vec<String>>>,
     /// Streaming puts open per table and since when their table waits for a commit.
-    waits: Arc<Mutex<HashMap<String, TableWait>>>,
+    waits: Waits,
     uncommitted: GaugeVec,
     settings: SettingsFamily,
     commits: CommitFamily,
@@ -227,6 +227,9 @@ struct TableWait {
     open: usize,
     since: Instant,
 }
+
+/// Every table's open streaming puts, shared by the metrics and the puts' guards.
+type Waits = Arc<Mutex<HashMap<String, TableWait>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -958,7 +961,7 @@ impl Default for Metrics {
 pub struct ActiveStream {
     gauge: IntGauge,
     /// The table of a streaming put, and the waits it counts in.
-    table: Option<(String, Arc<Mutex<HashMap<String, TableWait>>>)>,
+    table: Option<(String, Waits)>,
 }
 
 impl Drop for ActiveStream {

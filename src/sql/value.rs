@@ -179,7 +179,7 @@ fn bytes_datum(bytes: Vec<u8>, field: &Field, literal: &Literal) -> Result<Datum
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())
