@@ -19,6 +19,7 @@ pub mod memory;
 pub mod metrics;
 pub mod proto;
 pub mod read;
+pub mod repeats;
 pub mod rest;
 pub mod snapshot;
 pub mod sql;

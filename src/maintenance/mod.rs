@@ -298,7 +298,7 @@ impl Maintainer {
                 self.metrics.record_maintenance_error(e.job());
                 // Once a minute during an outage, with the count left out between.
                 let error = crate::error::describe(&e);
-                if let Some(repeats) = crate::logging::repeats("maintenance pass", &error) {
+                if let Some(repeats) = crate::repeats::repeats("maintenance pass", &error) {
                     warn!(%error, repeats, "maintenance pass failed");
                 }
             }
@@ -413,7 +413,7 @@ impl Maintainer {
         for e in &report.errors {
             self.metrics.record_maintenance_error(e.job());
             let error = crate::error::describe(e);
-            if let Some(repeats) = crate::logging::repeats("maintenance job", &error) {
+            if let Some(repeats) = crate::repeats::repeats("maintenance job", &error) {
                 warn!(%error, repeats, "maintenance job failed");
             }
         }

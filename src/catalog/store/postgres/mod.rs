@@ -279,7 +279,7 @@ impl deadpool_postgres::Connect for LoggedConnect {
             let task = tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     let reason = db_reason(&e);
-                    if let Some(repeats) = crate::logging::repeats("catalog connection", &reason) {
+                    if let Some(repeats) = crate::repeats::repeats("catalog connection", &reason) {
                         tracing::warn!(
                             database = %target,
                             %reason,
