@@ -73,8 +73,9 @@ pub struct GcConfig {
     pub catalog: GcCatalogConfig,
 }
 
-/// The warehouse flags `skade gc` takes: the server's, less what only a server uses
-/// (`--s3-vend-credentials`, which hands credentials to REST clients).
+/// The warehouse flags `skade gc` takes: the server's; what only a server uses
+/// (`--s3-vend-credentials`, which hands credentials to REST clients) is accepted and
+/// ignored, and not listed by `--help`.
 #[derive(Debug, Clone, Args)]
 pub struct GcStorageConfig {
     /// Warehouse root: a local directory, or `s3://bucket/prefix` for object storage.
@@ -94,6 +95,12 @@ pub struct GcStorageConfig {
     /// Path-style S3 addressing (`true` or `false`), as the server was given.
     #[arg(long, env = "SKADE_S3_PATH_STYLE_ACCESS", default_value_t = false, action = clap::ArgAction::Set)]
     pub s3_path_style_access: bool,
+
+    /// The server's `--s3-vend-credentials`: accepted, so the servers' flags and
+    /// environment can be given to gc as they are, and ignored (gc serves no REST
+    /// client); not listed by `--help`.
+    #[arg(long, env = "SKADE_S3_VEND_CREDENTIALS", hide = true, action = clap::ArgAction::Set)]
+    pub s3_vend_credentials: Option<bool>,
 }
 
 impl GcStorageConfig {
@@ -116,8 +123,9 @@ impl GcStorageConfig {
     }
 }
 
-/// The catalog flags `skade gc` takes: the server's, less what only a server uses
-/// (`--catalog-commit-turn`: gc commits nothing).
+/// The catalog flags `skade gc` takes: the server's; what only a server uses
+/// (`--catalog-commit-turn`: gc commits nothing) is accepted and ignored, and not listed
+/// by `--help`.
 #[derive(Debug, Clone, Args)]
 pub struct GcCatalogConfig {
     /// The catalog: unset, the embedded redb file `catalog.redb` in `--data-dir`;
@@ -140,6 +148,15 @@ pub struct GcCatalogConfig {
         default_value_t = 16
     )]
     pub pool_size: usize,
+
+    /// The servers' `--catalog-commit-turn`: accepted and ignored (gc commits nothing);
+    /// not listed by `--help`.
+    #[arg(
+        long = "catalog-commit-turn",
+        env = "SKADE_CATALOG_COMMIT_TURN",
+        hide = true
+    )]
+    pub commit_turn: Option<String>,
 }
 
 /// Everything `skade serve` needs. Every flag has a `SKADE_*` environment variable.
@@ -490,7 +507,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::Cli;
 
@@ -510,6 +527,16 @@ mod tests {
         ] {
             assert!(!help.contains(server_only), "{server_only} in\n{help}");
         }
+        // The servers' own flags are still accepted (a script passes gc the same ones).
+        let parsed = Cli::try_parse_from([
+            "skade",
+            "gc",
+            "--s3-vend-credentials",
+            "true",
+            "--catalog-commit-turn",
+            "database",
+        ]);
+        assert!(parsed.is_ok(), "{:?}", parsed.err());
         for needed in [
             "--data-dir",
             "--grace",

@@ -279,8 +279,27 @@ fn own_words(e: &(dyn std::error::Error + 'static)) -> Option<String> {
             opendal::ErrorKind::Unexpected => String::new(),
             other => format!("{}: ", kind_words(other)),
         };
+        // What was done to which object (`write http://host:port/bucket/key`), from the
+        // rendering: OpenDAL keeps the operation and the URI only there.
+        let rendered = dal.to_string();
+        let op = rendered
+            .split(" => ")
+            .next()
+            .and_then(|head| head.split(" at ").nth(1))
+            .and_then(|rest| rest.split([',', ' ']).next())
+            .filter(|op| !op.is_empty());
+        let uri = rendered
+            .split("uri: ")
+            .nth(1)
+            .and_then(|rest| rest.split([',', ' ']).next());
+        let target = match (op, uri) {
+            (Some(op), Some(uri)) => format!("{op} {uri}: "),
+            (Some(op), None) => format!("{op}: "),
+            (None, Some(uri)) => format!("{uri}: "),
+            (None, None) => String::new(),
+        };
         (
-            format!("{kind}{}", dal.message()),
+            format!("{target}{kind}{}", store_message(dal.message())),
             std::error::Error::source(dal),
         )
     } else {
@@ -304,6 +323,27 @@ fn own_words(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         cause = c.source();
     }
     Some(out)
+}
+
+/// An S3 error body as OpenDAL renders it (`S3Error { code: "AccessDenied", message:
+/// "Access Denied", … }`) as `AccessDenied: Access Denied`; other messages as they are.
+fn store_message(message: &str) -> String {
+    let field = |name: &str| {
+        message
+            .split(&format!("{name}: \""))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .filter(|v| !v.is_empty())
+    };
+    match (
+        message.starts_with("S3Error {"),
+        field("code"),
+        field("message"),
+    ) {
+        (true, Some(code), Some(text)) => format!("{code}: {text}"),
+        (true, Some(code), None) => code.to_string(),
+        _ => message.to_string(),
+    }
 }
 
 fn iceberg_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a iceberg::Error> {
@@ -552,7 +592,20 @@ mod tests {
         let said = describe(&Error::catalog(&"ns.t", store));
         assert_eq!(
             said,
-            "table ns.t: object store operation failed: io operation timeout reached"
+            "table ns.t: object store operation failed: list: io operation timeout reached"
+        );
+        let denied = opendal::Error::new(
+            opendal::ErrorKind::PermissionDenied,
+            r#"S3Error { code: "AccessDenied", message: "Access Denied", resource: "" }"#,
+        )
+        .with_operation("write")
+        .with_context("uri", "http://127.0.0.1:9000/bucket/ns/t/data/f.parquet")
+        .with_context("service", "s3");
+        let store = iceberg::Error::new(ErrorKind::Unexpected, "object store operation failed")
+            .with_source(denied);
+        assert_eq!(
+            describe(&store),
+            "object store operation failed: write http://127.0.0.1:9000/bucket/ns/t/data/f.parquet: permission denied: AccessDenied: Access Denied"
         );
         let conflict = iceberg::Error::new(ErrorKind::CatalogCommitConflicts, "requirement failed")
             .with_context("expected", "1")

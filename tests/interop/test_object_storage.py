@@ -184,8 +184,14 @@ def test_a_bucket_that_refuses_writes(tmp_path, relay, moto):
     server = next(gen)
     try:
         table = pa.table({"id": [1, 2, 3]})
-        with pytest.raises(flight.FlightUnavailableError):
+        with pytest.raises(flight.FlightUnavailableError) as refused:
             put(server, ("refused", "t"), table)
+        # The status says what was refused in skade's words: the object, and the store's
+        # reason, never OpenDAL's or iceberg's `Kind (status) at op, context: … =>` form.
+        said = str(refused.value).split("gRPC client debug context")[0]
+        assert "write http://127.0.0.1:" in said and "AccessDenied" in said, said
+        for internal in ["=>", "Unexpected", "context: {", "(persistent)", "(temporary)"]:
+            assert internal not in said, said
         assert commits(server) == 0, "a refused write committed something"
         assert keys(moto, "refused/") == []
         try:
@@ -195,6 +201,7 @@ def test_a_bucket_that_refuses_writes(tmp_path, relay, moto):
             assert e.code == 503
             reason = e.read().decode()
             assert f"s3://{BUCKET}/refused" in reason and "not writable" in reason, reason
+            assert "=>" not in reason, reason
         assert metric(server, 'skade_object_store_errors_total{op="write"}') > 0
     finally:
         with pytest.raises(StopIteration):
