@@ -5,11 +5,12 @@
   tests/java/pom.xml and run as is), puts with a writer id and a sequence per batch,
   reads the acks, resumes from ``skade.v1.WriterMarks`` and reads the table back with
   ``DoGet``: every row lands once, a rerun writes nothing.
-* The Flight SQL JDBC driver (``org.apache.arrow:flight-sql-jdbc-driver``): it connects
-  and reads skade's ``GetSqlInfo`` through ``DatabaseMetaData``; it cannot ingest,
-  because its only write path is SQL (a prepared ``INSERT``), which skade does not serve
-  (it has no bulk ingest: arrow-java issue 931). The test pins both, and that the refused
-  inserts create nothing.
+* The Flight SQL JDBC driver (``org.apache.arrow:flight-sql-jdbc-driver``): it connects,
+  reads skade's ``GetSqlInfo`` and its catalogs, namespaces, tables, columns and primary
+  keys through ``DatabaseMetaData``, and runs a ``SELECT`` (plain and prepared); it
+  cannot ingest, because its only write path is SQL (a prepared ``INSERT``), which
+  skade's read-only SQL refuses (the driver has no bulk ingest: arrow-java issue 931).
+  The test pins all of it, and that the refused inserts create nothing.
 * The Java excerpt of ``docs/exactly-once.md`` is a verbatim part of the file the tests run.
 """
 
@@ -100,19 +101,45 @@ def test_java_flight_client_puts_exactly_once_and_reads_back(jvm, skade_server):
     assert summary["skade.writer-last-sequence"] == "10"
 
 
-def test_flight_sql_jdbc_driver_connects_but_cannot_ingest(jvm, skade_server):
-    """Pins what the JDBC driver does against skade: connects, reads GetSqlInfo, and its
-    only write path (SQL INSERT) is refused with nothing created. Catches a change on
-    either side (then docs/transactions.md's JDBC note needs an update)."""
+def test_flight_sql_jdbc_driver_lists_and_reads_but_cannot_ingest(jvm, skade_server):
+    """Pins what the JDBC driver does against skade: connects, reads GetSqlInfo
+    (supportsTransactions() answers, where it threw a NullPointerException without
+    SQL_TRANSACTIONS_SUPPORTED), lists catalogs, namespaces, table types, tables, columns
+    and primary keys through DatabaseMetaData, runs a SELECT plainly and prepared with a
+    parameter, and its only write path (SQL INSERT) is refused naming INSERT with nothing
+    created. Expected values are what the test put. Catches a change on either side
+    (then docs/transactions.md's JDBC note needs an update)."""
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    people = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", None]})
+    client = flight.FlightClient(skade_server.flight_uri)
+    writer, reader = client.do_put(flight.FlightDescriptor.for_path("jdbc_meta", "people"), people.schema)
+    writer.write_table(people)
+    writer.done_writing()
+    while reader.read() is not None:
+        pass
+    writer.close()
+    client.close()
+
     host, port = skade_server.flight_uri.removeprefix("grpc://").rsplit(":", 1)
-    out = run(java_command(jvm, "jdbc-check", "skade.interop.JdbcCheck", host, port))
+    out = run(java_command(jvm, "jdbc-check", "skade.interop.JdbcCheck", host, port, "jdbc_meta"))
     lines = dict(line.split(": ", 1) if ": " in line else (line, "") for line in out.splitlines())
     assert "connected" in lines, out
     assert re.search(r"^product=skade version=\S+$", out, re.M), out
+    assert lines.get("transactions") == "true", out
+    assert lines.get("catalogs") == "skade", out
+    assert lines.get("schemas") == "jdbc_meta", out
+    assert lines.get("table-types") == "TABLE", out
+    assert lines.get("tables") == "people", out
+    assert [c.split(":")[0] for c in lines.get("columns", "").split(",")] == people.column_names, out
+    assert lines.get("primary-keys") == "", out
+    assert lines.get("query") == "2=b", out
+    assert lines.get("prepared-query") == "2", out
     for step in ("prepare-insert", "execute-insert"):
-        # The driver turns every write into a prepared statement from SQL, which skade
-        # does not serve (Flight SQL bulk ingest is CommandStatementIngest; the driver
-        # never sends it).
-        assert 'skade does not support the action "CreatePreparedStatement"' in lines.get(step, ""), out
+        # The driver turns every write into SQL, which skade's read-only subset refuses
+        # by name (Flight SQL bulk ingest is CommandStatementIngest; the driver never
+        # sends it: arrow-java issue 931).
+        assert "skade's SQL does not support INSERT" in lines.get(step, ""), out
     with pytest.raises(NoSuchNamespaceError):
         load_catalog("jdbc", type="rest", uri=skade_server.metrics_url).list_tables("jdbc")
