@@ -595,6 +595,7 @@ async fn a_tables_commit_retry_properties_replace_the_default_policy() {
     let properties = now.metadata().properties();
     assert_eq!(properties.get("mine").map(String::as_str), Some("0"));
     assert_eq!(properties.get("theirs").map(String::as_str), Some("3"));
+}
 
 // Catches instance rows left behind (the reader found a row per killed instance
 // and per `skade gc` run, for 24 hours) and rows without a host: an instance that stops
