@@ -30,7 +30,7 @@
 //!
 //! On a shared PostgreSQL catalog ([`collect_garbage_shared`]) gc runs beside the
 //! instances serving it, as one more member of the cluster
-//! ([`super::postgres::cluster`]): before it reads any table it asks the database for the
+//! ([`super::store::postgres::cluster`]): before it reads any table it asks the database for the
 //! oldest write pin of every live instance ([`RedbCatalog::oldest_write_pin_anywhere`]),
 //! and it keeps every file modified at or after that instant, so a put or transaction
 //! still open on any instance — whose files no table references yet — keeps its files.
@@ -516,9 +516,9 @@ impl ReferenceWalker {
     }
 
     /// Manifest lists and manifests this walker read back so far (from the storage, or
-    /// from the process's caches of parsed ones): those another process wrote, those
-    /// another walker took, or those this one wrote longer ago than its registry of
-    /// written files reaches (`catalog::manifest_cache`).
+    /// from the catalog's caches of parsed ones): those another catalog or process wrote,
+    /// those another walker took, or those its catalog wrote longer ago than its registry
+    /// of written files reaches (`catalog::manifest_cache`).
     pub fn read_back(&self) -> usize {
         self.read_back
     }

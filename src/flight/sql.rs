@@ -41,7 +41,7 @@ use super::decode::{Batches, BoxStream};
 use super::exactly_once::TxnKey;
 use super::names;
 use super::query;
-use super::txn::{SESSION_HEADER, SessionKey, Staged, Target, TxnState};
+use super::txn::{SESSION_HEADER, SessionKey, Target, TxnState, TxnTable};
 use crate::auth;
 use crate::error::Error;
 use crate::metrics::LANE_STREAM;
@@ -598,7 +598,7 @@ async fn stream_into(
     Ok(rows)
 }
 
-fn staged_mut<'a>(state: &'a mut TxnState, ident: &TableIdent) -> Result<&'a mut Staged, Error> {
+fn staged_mut<'a>(state: &'a mut TxnState, ident: &TableIdent) -> Result<&'a mut TxnTable, Error> {
     state.table_mut(ident).ok_or_else(|| Error::Internal {
         what: format!("table {ident} is not staged in this transaction"),
     })
@@ -623,7 +623,7 @@ async fn resolve(
             ),
         )
     };
-    if let Some(Staged { part: staged, .. }) = state.table_mut(ident) {
+    if let Some(TxnTable { part: staged, .. }) = state.table_mut(ident) {
         if definition.fail_if_exists {
             return Err(exists(" (written earlier in this transaction)"));
         }
@@ -684,7 +684,7 @@ async fn resolve(
     } else {
         write::evolve::plan(&table, table.metadata().current_schema(), schema)?
     };
-    state.tables.push(Staged {
+    state.tables.push(TxnTable {
         part: StagedTable {
             table,
             create,

@@ -4,7 +4,7 @@
 //! A transaction holds, per table, data files already encoded and written (so memory stays
 //! bounded) and not yet visible. `EndTransaction(COMMIT)` makes every table's files ONE
 //! snapshot of that table, all tables in ONE redb write transaction
-//! ([`write::ingest_multi_commit`], which each table's `Staged::part` is handed to);
+//! ([`write::ingest_multi_commit`], which each table's `TxnTable::part` is handed to);
 //! rollback, the idle timeout, a failed ingest or `CloseSession`
 //! make nothing visible and delete the staged files (best effort).
 //!
@@ -61,7 +61,7 @@ impl std::fmt::Display for SessionKey {
 
 /// How a transaction ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum TxnEnd {
     /// `EndTransaction` or a timeout is ending it right now.
     Ending,
     /// Committed: its tables are visible.
@@ -74,14 +74,14 @@ pub enum Outcome {
     Failed(String),
 }
 
-impl std::fmt::Display for Outcome {
+impl std::fmt::Display for TxnEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Outcome::Ending => write!(f, "is being ended"),
-            Outcome::Committed => write!(f, "was committed"),
-            Outcome::RolledBack => write!(f, "was rolled back"),
-            Outcome::TimedOut => write!(f, "was rolled back after its idle timeout"),
-            Outcome::Failed(reason) => write!(f, "failed and was rolled back ({reason})"),
+            TxnEnd::Ending => write!(f, "is being ended"),
+            TxnEnd::Committed => write!(f, "was committed"),
+            TxnEnd::RolledBack => write!(f, "was rolled back"),
+            TxnEnd::TimedOut => write!(f, "was rolled back after its idle timeout"),
+            TxnEnd::Failed(reason) => write!(f, "failed and was rolled back ({reason})"),
         }
     }
 }
@@ -89,7 +89,7 @@ impl std::fmt::Display for Outcome {
 /// One table's part of a transaction: what its commit takes, and what the transaction
 /// needs of the table until then.
 #[derive(Debug)]
-pub(crate) struct Staged {
+pub(crate) struct TxnTable {
     /// What the commit takes ([`write::ingest_multi_commit`]): the table's base handle (its
     /// planned handle when the commit creates it), the files written and not yet visible
     /// in write order, and the schema this transaction's ingests evolved the table to
@@ -105,14 +105,14 @@ pub(crate) struct Staged {
 #[derive(Debug, Default)]
 pub(crate) struct TxnState {
     /// Tables in the order they were first ingested into.
-    pub(crate) tables: Vec<Staged>,
+    pub(crate) tables: Vec<TxnTable>,
     /// Set when an ingest failed or did not finish: the transaction can only roll back.
     pub(crate) failure: Option<String>,
 }
 
 impl TxnState {
     /// The staged entry of `ident`.
-    pub(crate) fn table_mut(&mut self, ident: &TableIdent) -> Option<&mut Staged> {
+    pub(crate) fn table_mut(&mut self, ident: &TableIdent) -> Option<&mut TxnTable> {
         self.tables
             .iter_mut()
             .find(|s| s.part.table.identifier() == ident)
@@ -286,7 +286,7 @@ impl Txn {
 #[derive(Debug, Default)]
 struct Registry {
     open: HashMap<Uuid, Arc<Txn>>,
-    finished: HashMap<Uuid, (Outcome, Instant)>,
+    finished: HashMap<Uuid, (TxnEnd, Instant)>,
     sessions: HashMap<SessionKey, Uuid>,
 }
 
@@ -295,7 +295,7 @@ impl Registry {
     /// see it as ending. `None` when it is not open.
     fn mark_ending(&mut self, id: Uuid) -> Option<Arc<Txn>> {
         let txn = self.open.remove(&id)?;
-        self.finished.insert(id, (Outcome::Ending, Instant::now()));
+        self.finished.insert(id, (TxnEnd::Ending, Instant::now()));
         Some(txn)
     }
 
@@ -443,9 +443,9 @@ impl Transactions {
     /// Records how `txn` ended. A commit or rollback frees its session for autocommit
     /// again; a failure or timeout keeps the session tied to it until the client rolls
     /// back, begins anew or closes the session.
-    fn finish(&self, txn: &Txn, outcome: Outcome) {
+    fn finish(&self, txn: &Txn, outcome: TxnEnd) {
         let mut registry = lock(&self.registry);
-        if matches!(outcome, Outcome::Committed | Outcome::RolledBack) {
+        if matches!(outcome, TxnEnd::Committed | TxnEnd::RolledBack) {
             release_session(&mut registry, txn.session.as_ref(), txn.id);
         }
         registry.finished.insert(txn.id, (outcome, Instant::now()));
@@ -472,12 +472,12 @@ impl Transactions {
         let mut state = txn.state.lock().await;
         match state.commit(svc, metrics::LANE_MULTI, key).await {
             Ok((_, stats)) => {
-                self.finish(&txn, Outcome::Committed);
+                self.finish(&txn, TxnEnd::Committed);
                 Ok(stats)
             }
             Err(e) => {
                 // Logged once, where it becomes the RPC's status.
-                self.finish(&txn, Outcome::Failed(e.to_string()));
+                self.finish(&txn, TxnEnd::Failed(e.to_string()));
                 Err(e)
             }
         }
@@ -497,7 +497,7 @@ impl Transactions {
         {
             let mut registry = lock(&self.registry);
             if let Some((outcome, _)) = registry.finished.get(&uuid).cloned()
-                && matches!(outcome, Outcome::Failed(_) | Outcome::TimedOut)
+                && matches!(outcome, TxnEnd::Failed(_) | TxnEnd::TimedOut)
             {
                 let session = registry
                     .sessions
@@ -509,7 +509,7 @@ impl Transactions {
             }
         }
         let txn = self.take(uuid)?;
-        self.roll_back(&txn, Outcome::RolledBack).await;
+        self.roll_back(&txn, TxnEnd::RolledBack).await;
         Ok(())
     }
 
@@ -517,13 +517,13 @@ impl Transactions {
     /// `info` when it had staged something or timed out, at `debug` for the empty
     /// rollback every ADBC `conn.close()` (and `rollback()`) sends. The outcome is
     /// recorded before the files go, so a client that sees them gone also sees why.
-    async fn roll_back(&self, txn: &Txn, outcome: Outcome) {
+    async fn roll_back(&self, txn: &Txn, outcome: TxnEnd) {
         let mut state = txn.state.lock().await;
         let tables = state.tables.len();
         let files: usize = state.tables.iter().map(|s| s.part.data_files.len()).sum();
         self.finish(txn, outcome.clone());
         state.discard().await;
-        if tables > 0 || outcome == Outcome::TimedOut {
+        if tables > 0 || outcome == TxnEnd::TimedOut {
             info!(transaction = %txn.id, outcome = %outcome, tables, files, "transaction rolled back");
         } else {
             debug!(transaction = %txn.id, outcome = %outcome, "transaction rolled back");
@@ -539,7 +539,7 @@ impl Transactions {
         };
         self.metrics.set_transactions_open(self.open_count());
         for txn in txns {
-            self.roll_back(&txn, Outcome::RolledBack).await;
+            self.roll_back(&txn, TxnEnd::RolledBack).await;
             // Closed sessions are not tied to anything any more.
             release_session(&mut lock(&self.registry), Some(session), txn.id);
         }
@@ -555,7 +555,7 @@ impl Transactions {
             let keep = FINISHED_RETENTION.max(self.timeout);
             registry
                 .finished
-                .retain(|_, (outcome, at)| *outcome == Outcome::Ending || at.elapsed() < keep);
+                .retain(|_, (outcome, at)| *outcome == TxnEnd::Ending || at.elapsed() < keep);
             let Registry {
                 open,
                 finished,
@@ -567,7 +567,7 @@ impl Transactions {
         };
         for txn in expired {
             // Logged once, by `roll_back`, with the outcome naming the idle timeout.
-            self.roll_back(&txn, Outcome::TimedOut).await;
+            self.roll_back(&txn, TxnEnd::TimedOut).await;
         }
     }
 

@@ -97,7 +97,7 @@ impl Maintainer {
         Ok(Some(table))
     }
 
-    /// Expires `table`'s snapshots when [`expire`] says so; returns the table as it
+    /// Expires `table`'s snapshots when [`crate::snapshot::expire::plan`] says so; returns the table as it
     /// stands after. Runs under the table's commit turn (`turns`); the plan is made again
     /// on the table as it stands on every attempt of the commit driver.
     async fn expire(
@@ -124,7 +124,7 @@ impl Maintainer {
         }
     }
 
-    /// Merges `table`'s manifests when [`merge`] says so; returns the table as it stands
+    /// Merges `table`'s manifests when [`crate::snapshot::manifests::merge_manifests`] says so; returns the table as it stands
     /// after and the manifests its current snapshot lists. A table whose current
     /// snapshot was looked at before (`state`) is not read again. Runs under the table's
     /// commit turn (`turns`); the merge is planned again on the table as it stands on
@@ -365,7 +365,7 @@ impl Maintainer {
     /// as it stands after a conflict, and gives way when the plan is empty).
     ///
     /// # Errors
-    /// As [`RedbCatalog::commit_in_turn`].
+    /// As [`crate::catalog::RedbCatalog::commit_in_turn`].
     async fn commit<S: Stage<Error = iceberg::Error>>(
         &self,
         turns: &CommitTurns,

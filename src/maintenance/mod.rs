@@ -5,10 +5,10 @@
 //! A [`Maintainer`] runs a *pass* every `--maintenance-interval`. For each table, under
 //! this process's commit turn on the table ([`RedbCatalog::commit_turns`], so in-process
 //! appends wait for it instead of racing), it
-//! 1. expires snapshots ([`expire`]: Iceberg's `history.expire.*` rules through iceberg's
+//! 1. expires snapshots ([`crate::snapshot::expire`]: Iceberg's `history.expire.*` rules through iceberg's
 //!    `ExpireSnapshotsAction`, plus skade's count bound);
 //! 2. merges the current snapshot's manifests when they reach
-//!    `commit.manifest.min-count-to-merge` ([`merge`]);
+//!    `commit.manifest.min-count-to-merge` ([`crate::snapshot::manifests::merge_manifests`]);
 //!
 //! each as one commit through the catalog's commit driver
 //! ([`RedbCatalog::commit_in_turn`]: compare-and-swap on the table's pointer, group

@@ -1,15 +1,16 @@
 //! The append skade's lanes commit: Iceberg Java's merge append, built on iceberg's
-//! manifest and manifest-list writers, that never reads back what this process wrote.
+//! manifest and manifest-list writers, that never reads back what its catalog wrote.
 //!
-//! iceberg 0.10.1's fast append ([`super::stage::stage_fast_append`]) reads the parent
+//! iceberg 0.10.1's fast append ([`super::fast_append::stage_fast_append`]) reads the parent
 //! snapshot's manifest list from storage on every commit and carries every manifest on,
 //! so a table's manifest list — and each commit's and each reader's cost — grows with
 //! every append until something merges it. This append instead:
 //! - writes one manifest of the new data files (entries `ADDED`, sequence numbers
 //!   inherited from the manifest list, as the fast append writes them);
-//! - takes the parent's manifests from the process's cache of the lists it wrote or
-//!   read ([`crate::catalog::manifest_cache`]), reading the file only on a miss;
-//! - merges the list inline when the table's merge rules say so ([`super::merge`]:
+//! - takes the parent's manifests from the catalog's cache of the lists it wrote
+//!   ([`crate::catalog::manifest_cache::WrittenManifests`]), reading the file only on a
+//!   miss;
+//! - merges the list inline when the table's merge rules say so ([`super::manifests`]:
 //!   `commit.manifest-merge.enabled`, `commit.manifest.min-count-to-merge`,
 //!   `commit.manifest.target-size-bytes`), as Java's `MergeAppend` does (table spec:
 //!   the merged entries are `EXISTING` with their original snapshot ids and sequence

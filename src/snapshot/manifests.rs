@@ -264,7 +264,7 @@ pub(crate) fn entry_as_read(
 
 /// The data manifest of `entries` written for `table` (by [`manifest_writer`]), as a
 /// reader of the file sees it (what [`ManifestFile::load_manifest`] returns), for
-/// [`remember_manifest`].
+/// [`crate::catalog::manifest_cache::WrittenManifests::remember_manifest`].
 pub(crate) fn as_read(table: &Table, entries: Vec<ManifestEntry>) -> Manifest {
     let metadata = table.metadata();
     Manifest::new(
@@ -301,7 +301,7 @@ pub(crate) fn now_ms() -> i64 {
 /// `manifests` as the manifest list of snapshot `snapshot_id` (sequence number
 /// `sequence_number`) lists them once written: the manifests this snapshot added get
 /// its sequence number (what iceberg's `ManifestListWriter` assigns, table spec
-/// "Sequence Number Inheritance"), for [`remember_list`].
+/// "Sequence Number Inheritance"), for [`crate::catalog::manifest_cache::WrittenManifests::remember_list`].
 pub(crate) fn as_listed(
     manifests: Vec<ManifestFile>,
     snapshot_id: i64,

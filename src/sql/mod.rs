@@ -1,8 +1,8 @@
 //! The SQL skade runs over Flight SQL: one `SELECT` over one table, with a projection, a
-//! filter and a limit (the subset is [`parse`]'s), read through the table's Iceberg scan
+//! filter and a limit (the subset is [`parse()`]'s), read through the table's Iceberg scan
 //! (`DoGet`'s read path, which applies delete files).
 //!
-//! [`parse`] turns text into a [`Select`]; [`Select::bind`] resolves it against a
+//! [`parse()`] turns text into a [`Select`]; [`Select::bind`] resolves it against a
 //! table's schema and bound parameters into output columns and a [`Predicate`] over
 //! field ids; [`evaluate`]/[`filter`] run the predicate on Arrow batches with Arrow's
 //! kernels, [`project`] picks the output columns. The predicate is the piece a `DELETE`

@@ -12,7 +12,7 @@
 //!   and written, so each commit's fsync overlaps the next files' writes (§f1).
 //!
 //! Every commit is the server's: a merge append through the catalog's commit driver
-//! ([`commit_files_with`], or [`commit_evolving`] for an evolving stream's first commit),
+//! ([`super::ingest::commit_files_with`], or [`super::evolve`]'s commit for an evolving stream's first commit),
 //! whichever entry point runs it — the design note's `ingest_pipelined_overlap` commits
 //! exactly as Lane 1's `DoPut` does.
 //!

@@ -5,7 +5,8 @@
 # maintained upstream, the Prometheus rules with
 # `promtool check rules` and their unit tests with `promtool test rules`
 # (tests/ops/install-prometheus.sh), the Grafana dashboard as JSON, and the layering of src/
-# (tests/ops/imports.py: no import cycle between files or between rooms). hadolint and
+# (tests/ops/imports.py: no import cycle between files or between rooms), and the doc
+# comments' links (rustdoc: every intra-doc link resolves). hadolint and
 # kubernetes-validate come from PyPI
 # (tests/ops/requirements.txt) into .venv; no Docker engine or cluster is needed.
 set -euo pipefail
@@ -24,3 +25,6 @@ echo "promtool: deploy/prometheus rules ok and their unit tests pass"
 .venv/bin/python -m json.tool deploy/grafana/skade-dashboard.json >/dev/null
 echo "deploy/grafana/skade-dashboard.json is JSON"
 python3 tests/ops/imports.py src
+RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" \
+    cargo doc --locked --quiet --no-deps --document-private-items
+echo "rustdoc: every intra-doc link resolves"

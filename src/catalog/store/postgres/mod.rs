@@ -172,7 +172,7 @@ impl PgStore {
     /// A pooled connection.
     ///
     /// # Errors
-    /// `Unexpected` with an I/O cause (answered `Unavailable`, [`super::is_storage_failure`])
+    /// `Unexpected` with an I/O cause (answered `Unavailable`, [`crate::catalog::error::is_storage_failure`])
     /// when no connection could be had within [`CONNECT_TIMEOUT`].
     pub(super) async fn client(&self) -> Result<Object> {
         self.pool.get().await.map_err(|e| {

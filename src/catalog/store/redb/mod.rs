@@ -1,7 +1,7 @@
 //! The embedded catalog store: one redb file, opened by this process alone. Its tables:
 //! namespaces (key → properties JSON), table pointers (key → metadata location), the
 //! producers' marks ([`marks`]) and the location claims. Keys join name elements with
-//! [`KEY_SEP`]. redb blocks: every transaction runs on the blocking pool ([`blocking`]);
+//! [`KEY_SEP`]. redb blocks: every transaction runs on the blocking pool ([`crate::storage::blocking`]);
 //! a group-commit batch is ONE write transaction at `Durability::Immediate` ([`batch`]).
 
 mod batch;
