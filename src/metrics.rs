@@ -177,6 +177,7 @@ pub struct Metrics {
     ingest: IngestFamily,
     writers: WriterFamily,
     maintenance: MaintenanceFamily,
+    cleanup: CleanupFamily,
     object_store: ObjectStoreMetrics,
 }
 
@@ -417,20 +418,15 @@ impl WriterFamily {
     }
 }
 
-/// Table maintenance: what it rewrote and removed, its failures, and each table's shape.
+/// Table maintenance: what it expired and rewrote, its passes and failures, and each
+/// table's shape. What cleanup removes is [`CleanupFamily`]'s.
 #[derive(Debug, Clone)]
 struct MaintenanceFamily {
     snapshots_expired: IntCounter,
     manifests_merged: IntCounter,
     files_rewritten: IntCounterVec,
     bytes_rewritten: IntCounterVec,
-    files_deleted: IntCounterVec,
-    bytes_deleted: IntCounterVec,
-    files_deleted_early: IntCounterVec,
-    bytes_deleted_early: IntCounterVec,
-    waiting_files: IntGauge,
     tables: IntGaugeVec,
-    waiting_bytes: IntGauge,
     pass_duration: Histogram,
     errors: IntCounterVec,
     skipped: IntGaugeVec,
@@ -460,38 +456,12 @@ impl MaintenanceFamily {
                 "Bytes of files whose content maintenance commits rewrote into new files.",
                 "kind",
             ),
-            files_deleted: r.counter_vec(
-                FILES_DELETED_TOTAL,
-                "Unreferenced files removed by online cleanup.",
-                "kind",
-            ),
-            bytes_deleted: r.counter_vec(
-                BYTES_DELETED_TOTAL,
-                "Bytes of unreferenced files removed by online cleanup.",
-                "kind",
-            ),
-            files_deleted_early: r.counter_vec(
-                FILES_DELETED_EARLY_TOTAL,
-                "Unreferenced files removed before their grace period ended (waiting bytes over the cap).",
-                "kind",
-            ),
-            bytes_deleted_early: r.counter_vec(
-                BYTES_DELETED_EARLY_TOTAL,
-                "Bytes of unreferenced files removed before their grace period ended.",
-                "kind",
-            ),
-            waiting_files: r.gauge(
-                CLEANUP_WAITING_FILES,
-                "Unreferenced files waiting out a grace period after the last cleanup sweep.",
-            ),
-            waiting_bytes: r.gauge(
-                CLEANUP_WAITING_BYTES,
-                "Bytes of unreferenced files waiting out a grace period after the last cleanup sweep.",
-            ),
             pass_duration: r.histogram(
                 MAINTENANCE_PASS_DURATION_SECONDS,
                 "Seconds of one maintenance pass over every table.",
-                &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+                &[
+                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ],
             ),
             tables: r.gauge_vec(
                 MAINTENANCE_TABLES,
@@ -522,6 +492,53 @@ impl MaintenanceFamily {
                 TABLE_DATA_FILES,
                 "Live data files of a table's current snapshot.",
                 "table",
+            ),
+        }
+    }
+}
+
+/// Online cleanup: the unreferenced files it removed (before their grace period ended,
+/// too) and those its last sweep left waiting.
+#[derive(Debug, Clone)]
+struct CleanupFamily {
+    files_deleted: IntCounterVec,
+    bytes_deleted: IntCounterVec,
+    files_deleted_early: IntCounterVec,
+    bytes_deleted_early: IntCounterVec,
+    waiting_files: IntGauge,
+    waiting_bytes: IntGauge,
+}
+
+impl CleanupFamily {
+    fn new(r: &Registrar<'_>) -> Self {
+        Self {
+            files_deleted: r.counter_vec(
+                FILES_DELETED_TOTAL,
+                "Unreferenced files removed by online cleanup.",
+                "kind",
+            ),
+            bytes_deleted: r.counter_vec(
+                BYTES_DELETED_TOTAL,
+                "Bytes of unreferenced files removed by online cleanup.",
+                "kind",
+            ),
+            files_deleted_early: r.counter_vec(
+                FILES_DELETED_EARLY_TOTAL,
+                "Unreferenced files removed before their grace period ended (waiting bytes over the cap).",
+                "kind",
+            ),
+            bytes_deleted_early: r.counter_vec(
+                BYTES_DELETED_EARLY_TOTAL,
+                "Bytes of unreferenced files removed before their grace period ended.",
+                "kind",
+            ),
+            waiting_files: r.gauge(
+                CLEANUP_WAITING_FILES,
+                "Unreferenced files waiting out a grace period after the last cleanup sweep.",
+            ),
+            waiting_bytes: r.gauge(
+                CLEANUP_WAITING_BYTES,
+                "Bytes of unreferenced files waiting out a grace period after the last cleanup sweep.",
             ),
         }
     }
@@ -613,6 +630,7 @@ impl Metrics {
             ingest: IngestFamily::new(&r),
             writers: WriterFamily::new(&r),
             maintenance: MaintenanceFamily::new(&r),
+            cleanup: CleanupFamily::new(&r),
             object_store: object_store_family(&r),
             registry,
         }
@@ -860,7 +878,7 @@ impl Metrics {
 
     /// Records one unreferenced file of `bytes` removed by cleanup, of `kind`.
     pub fn record_file_deleted(&self, kind: &str, bytes: u64) {
-        let m = &self.maintenance;
+        let m = &self.cleanup;
         m.files_deleted.with_label_values(&[kind]).inc();
         m.bytes_deleted.with_label_values(&[kind]).inc_by(bytes);
     }
@@ -869,7 +887,7 @@ impl Metrics {
     /// period ended (over `--cleanup-max-waiting`), of `kind`; [`Self::record_file_deleted`]
     /// counts it too.
     pub fn record_file_deleted_early(&self, kind: &str, bytes: u64) {
-        let m = &self.maintenance;
+        let m = &self.cleanup;
         m.files_deleted_early.with_label_values(&[kind]).inc();
         m.bytes_deleted_early
             .with_label_values(&[kind])
@@ -878,7 +896,7 @@ impl Metrics {
 
     /// Sets the unreferenced files (count, bytes) a cleanup sweep left waiting.
     pub fn set_cleanup_waiting(&self, files: usize, bytes: u64) {
-        let m = &self.maintenance;
+        let m = &self.cleanup;
         m.waiting_files.set(gauge_value(files));
         m.waiting_bytes.set(gauge_value(bytes));
     }

@@ -46,126 +46,166 @@ fn internal<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> Error + '_ {
 pub(crate) fn sql_info(svc: &Service) -> Result<SqlInfoData, Error> {
     let timeout_ms = i32::try_from(svc.transactions.timeout().as_millis()).unwrap_or(i32::MAX);
     let mut info = SqlInfoDataBuilder::new();
-    info.append(SqlInfo::FlightSqlServerName, "skade");
-    info.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
-    info.append(
-        SqlInfo::FlightSqlServerArrowVersion,
-        env!("SKADE_DEP_VERSION_ARROW"),
-    );
-    info.append(SqlInfo::FlightSqlServerReadOnly, false);
-    info.append(SqlInfo::FlightSqlServerSql, true);
-    info.append(SqlInfo::FlightSqlServerSubstrait, false);
-    info.append(
-        SqlInfo::FlightSqlServerTransaction,
-        SqlSupportedTransaction::Transaction as i32,
-    );
-    info.append(SqlInfo::FlightSqlServerCancel, false);
-    info.append(SqlInfo::FlightSqlServerBulkIngestion, true);
-    info.append(SqlInfo::FlightSqlServerIngestTransactionsSupported, true);
-    info.append(SqlInfo::FlightSqlServerStatementTimeout, 0i32);
+    append_fixed_sql_info(&mut info);
     info.append(SqlInfo::FlightSqlServerTransactionTimeout, timeout_ms);
-    // SQL: namespaces and tables are made over REST or by ingest, never by SQL DDL.
-    info.append(SqlInfo::SqlDdlCatalog, false);
-    info.append(SqlInfo::SqlDdlSchema, false);
-    info.append(SqlInfo::SqlDdlTable, false);
-    info.append(
-        SqlInfo::SqlIdentifierCase,
-        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
-    );
-    info.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
-    // Quoted names match exactly, which the enum has no value for.
-    info.append(
-        SqlInfo::SqlQuotedIdentifierCase,
-        SqlSupportedCaseSensitivity::SqlCaseSensitivityUnknown as i32,
-    );
-    info.append(SqlInfo::SqlAllTablesAreSelectable, true);
-    info.append(
-        SqlInfo::SqlNullOrdering,
-        SqlNullOrdering::SqlNullsSortedAtEnd as i32,
-    );
-    info.append(SqlInfo::SqlKeywords, Vec::<String>::new());
-    info.append(SqlInfo::SqlNumericFunctions, Vec::<String>::new());
-    info.append(SqlInfo::SqlStringFunctions, Vec::<String>::new());
-    info.append(SqlInfo::SqlSystemFunctions, Vec::<String>::new());
-    info.append(SqlInfo::SqlDatetimeFunctions, Vec::<String>::new());
-    info.append(SqlInfo::SqlSearchStringEscape, "\\");
-    info.append(SqlInfo::SqlExtraNameCharacters, "-");
-    info.append(SqlInfo::SqlSupportsColumnAliasing, true);
-    info.append(SqlInfo::SqlNullPlusNullIsNull, true);
-    info.append(SqlInfo::SqlSupportsTableCorrelationNames, true);
-    info.append(SqlInfo::SqlSupportsDifferentTableCorrelationNames, false);
-    info.append(SqlInfo::SqlSupportsExpressionsInOrderBy, false);
-    info.append(SqlInfo::SqlSupportsOrderByUnrelated, false);
-    info.append(SqlInfo::SqlSupportedGroupBy, 0i32);
-    info.append(SqlInfo::SqlSupportsLikeEscapeClause, false);
-    info.append(SqlInfo::SqlSupportsNonNullableColumns, true);
-    info.append(
-        SqlInfo::SqlSupportedGrammar,
-        SupportedSqlGrammar::SqlMinimumGrammar as i32,
-    );
-    info.append(SqlInfo::SqlSupportsIntegrityEnhancementFacility, false);
-    info.append(SqlInfo::SqlSchemaTerm, "namespace");
-    info.append(SqlInfo::SqlProcedureTerm, "procedure");
-    info.append(SqlInfo::SqlCatalogTerm, "catalog");
-    info.append(SqlInfo::SqlCatalogAtStart, true);
-    info.append(SqlInfo::SqlSchemasSupportedActions, 0i32);
-    info.append(SqlInfo::SqlCatalogsSupportedActions, 0i32);
-    info.append(SqlInfo::SqlSupportedPositionedCommands, 0i32);
-    info.append(SqlInfo::SqlSelectForUpdateSupported, false);
-    info.append(SqlInfo::SqlStoredProceduresSupported, false);
-    info.append(SqlInfo::SqlSupportedSubqueries, 0i32);
-    info.append(SqlInfo::SqlCorrelatedSubqueriesSupported, false);
-    info.append(SqlInfo::SqlSupportedUnions, 0i32);
-    // 0: no limit known.
-    for limit in [
-        SqlInfo::SqlMaxBinaryLiteralLength,
-        SqlInfo::SqlMaxCharLiteralLength,
-        SqlInfo::SqlMaxColumnNameLength,
-        SqlInfo::SqlMaxColumnsInGroupBy,
-        SqlInfo::SqlMaxColumnsInIndex,
-        SqlInfo::SqlMaxColumnsInOrderBy,
-        SqlInfo::SqlMaxColumnsInSelect,
-        SqlInfo::SqlMaxColumnsInTable,
-        SqlInfo::SqlMaxConnections,
-        SqlInfo::SqlMaxCursorNameLength,
-        SqlInfo::SqlMaxIndexLength,
-        SqlInfo::SqlDbSchemaNameLength,
-        SqlInfo::SqlMaxProcedureNameLength,
-        SqlInfo::SqlMaxCatalogNameLength,
-        SqlInfo::SqlMaxRowSize,
-        SqlInfo::SqlMaxStatementLength,
-        SqlInfo::SqlMaxStatements,
-        SqlInfo::SqlMaxTableNameLength,
-        SqlInfo::SqlMaxTablesInSelect,
-        SqlInfo::SqlMaxUsernameLength,
-    ] {
-        info.append(limit, 0i64);
-    }
-    info.append(SqlInfo::SqlMaxRowSizeIncludesBlobs, false);
-    // Transactions: Flight SQL ingest transactions, all or nothing; reads see committed
-    // snapshots only.
-    info.append(
-        SqlInfo::SqlDefaultTransactionIsolation,
-        SqlTransactionIsolationLevel::SqlTransactionSerializable as i32,
-    );
-    info.append(SqlInfo::SqlTransactionsSupported, true);
-    info.append(
-        SqlInfo::SqlSupportedTransactionsIsolationLevels,
-        1i32 << SqlTransactionIsolationLevel::SqlTransactionSerializable as i32,
-    );
-    info.append(SqlInfo::SqlDataDefinitionCausesTransactionCommit, false);
-    info.append(SqlInfo::SqlDataDefinitionsInTransactionsIgnored, false);
-    info.append(
-        SqlInfo::SqlSupportedResultSetTypes,
-        1i32 << 1, // SQL_RESULT_SET_TYPE_FORWARD_ONLY
-    );
-    info.append(SqlInfo::SqlBatchUpdatesSupported, false);
-    info.append(SqlInfo::SqlSavepointsSupported, false);
-    info.append(SqlInfo::SqlNamedParametersSupported, false);
-    info.append(SqlInfo::SqlLocatorsUpdateCopy, false);
-    info.append(SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false);
     info.build().map_err(internal("SQL info"))
 }
+
+/// Appends every `GetSqlInfo` answer that does not depend on the server's settings:
+/// the tables below, one loop per kind of value.
+fn append_fixed_sql_info(info: &mut SqlInfoDataBuilder) {
+    for &(name, text) in SQL_INFO_TEXT {
+        info.append(name, text);
+    }
+    for &(name, flag) in SQL_INFO_FLAGS {
+        info.append(name, flag);
+    }
+    for &(name, value) in SQL_INFO_INT32 {
+        info.append(name, value);
+    }
+    for &name in SQL_INFO_EMPTY_LISTS {
+        info.append(name, Vec::<String>::new());
+    }
+    for &name in SQL_INFO_NO_LIMIT {
+        info.append(name, 0i64);
+    }
+}
+
+/// `GetSqlInfo` answers that are text: the server, its versions, and SQL's names and
+/// characters.
+const SQL_INFO_TEXT: &[(SqlInfo, &str)] = &[
+    (SqlInfo::FlightSqlServerName, "skade"),
+    (SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION")),
+    (
+        SqlInfo::FlightSqlServerArrowVersion,
+        env!("SKADE_DEP_VERSION_ARROW"),
+    ),
+    (SqlInfo::SqlIdentifierQuoteChar, "\""),
+    (SqlInfo::SqlSearchStringEscape, "\\"),
+    (SqlInfo::SqlExtraNameCharacters, "-"),
+    (SqlInfo::SqlSchemaTerm, "namespace"),
+    (SqlInfo::SqlProcedureTerm, "procedure"),
+    (SqlInfo::SqlCatalogTerm, "catalog"),
+];
+
+/// `GetSqlInfo` answers that are yes or no.
+const SQL_INFO_FLAGS: &[(SqlInfo, bool)] = &[
+    // The server: SQL and bulk ingest in transactions, no Substrait, no cancel.
+    (SqlInfo::FlightSqlServerReadOnly, false),
+    (SqlInfo::FlightSqlServerSql, true),
+    (SqlInfo::FlightSqlServerSubstrait, false),
+    (SqlInfo::FlightSqlServerCancel, false),
+    (SqlInfo::FlightSqlServerBulkIngestion, true),
+    (SqlInfo::FlightSqlServerIngestTransactionsSupported, true),
+    // SQL: namespaces and tables are made over REST or by ingest, never by SQL DDL.
+    (SqlInfo::SqlDdlCatalog, false),
+    (SqlInfo::SqlDdlSchema, false),
+    (SqlInfo::SqlDdlTable, false),
+    (SqlInfo::SqlAllTablesAreSelectable, true),
+    (SqlInfo::SqlSupportsColumnAliasing, true),
+    (SqlInfo::SqlNullPlusNullIsNull, true),
+    (SqlInfo::SqlSupportsTableCorrelationNames, true),
+    (SqlInfo::SqlSupportsDifferentTableCorrelationNames, false),
+    (SqlInfo::SqlSupportsExpressionsInOrderBy, false),
+    (SqlInfo::SqlSupportsOrderByUnrelated, false),
+    (SqlInfo::SqlSupportsLikeEscapeClause, false),
+    (SqlInfo::SqlSupportsNonNullableColumns, true),
+    (SqlInfo::SqlSupportsIntegrityEnhancementFacility, false),
+    (SqlInfo::SqlCatalogAtStart, true),
+    (SqlInfo::SqlSelectForUpdateSupported, false),
+    (SqlInfo::SqlStoredProceduresSupported, false),
+    (SqlInfo::SqlCorrelatedSubqueriesSupported, false),
+    (SqlInfo::SqlMaxRowSizeIncludesBlobs, false),
+    // Transactions: Flight SQL ingest transactions, all or nothing; reads see committed
+    // snapshots only.
+    (SqlInfo::SqlTransactionsSupported, true),
+    (SqlInfo::SqlDataDefinitionCausesTransactionCommit, false),
+    (SqlInfo::SqlDataDefinitionsInTransactionsIgnored, false),
+    (SqlInfo::SqlBatchUpdatesSupported, false),
+    (SqlInfo::SqlSavepointsSupported, false),
+    (SqlInfo::SqlNamedParametersSupported, false),
+    (SqlInfo::SqlLocatorsUpdateCopy, false),
+    (SqlInfo::SqlStoredFunctionsUsingCallSyntaxSupported, false),
+];
+
+/// `GetSqlInfo` answers that are 32-bit integers: one value of a Flight SQL enum, or a
+/// bitmask of them (0: none).
+const SQL_INFO_INT32: &[(SqlInfo, i32)] = &[
+    (
+        SqlInfo::FlightSqlServerTransaction,
+        SqlSupportedTransaction::Transaction as i32,
+    ),
+    (SqlInfo::FlightSqlServerStatementTimeout, 0),
+    (
+        SqlInfo::SqlIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityCaseInsensitive as i32,
+    ),
+    // Quoted names match exactly, which the enum has no value for.
+    (
+        SqlInfo::SqlQuotedIdentifierCase,
+        SqlSupportedCaseSensitivity::SqlCaseSensitivityUnknown as i32,
+    ),
+    (
+        SqlInfo::SqlNullOrdering,
+        SqlNullOrdering::SqlNullsSortedAtEnd as i32,
+    ),
+    (SqlInfo::SqlSupportedGroupBy, 0),
+    (
+        SqlInfo::SqlSupportedGrammar,
+        SupportedSqlGrammar::SqlMinimumGrammar as i32,
+    ),
+    (SqlInfo::SqlSchemasSupportedActions, 0),
+    (SqlInfo::SqlCatalogsSupportedActions, 0),
+    (SqlInfo::SqlSupportedPositionedCommands, 0),
+    (SqlInfo::SqlSupportedSubqueries, 0),
+    (SqlInfo::SqlSupportedUnions, 0),
+    (
+        SqlInfo::SqlDefaultTransactionIsolation,
+        SqlTransactionIsolationLevel::SqlTransactionSerializable as i32,
+    ),
+    (
+        SqlInfo::SqlSupportedTransactionsIsolationLevels,
+        1 << SqlTransactionIsolationLevel::SqlTransactionSerializable as i32,
+    ),
+    (
+        SqlInfo::SqlSupportedResultSetTypes,
+        1 << 1, // SQL_RESULT_SET_TYPE_FORWARD_ONLY
+    ),
+];
+
+/// `GetSqlInfo` answers that are lists, all empty: skade advertises no keywords or
+/// functions.
+const SQL_INFO_EMPTY_LISTS: &[SqlInfo] = &[
+    SqlInfo::SqlKeywords,
+    SqlInfo::SqlNumericFunctions,
+    SqlInfo::SqlStringFunctions,
+    SqlInfo::SqlSystemFunctions,
+    SqlInfo::SqlDatetimeFunctions,
+];
+
+/// `GetSqlInfo` limits skade answers with 0 (an `int64`): no limit known.
+const SQL_INFO_NO_LIMIT: &[SqlInfo] = &[
+    SqlInfo::SqlMaxBinaryLiteralLength,
+    SqlInfo::SqlMaxCharLiteralLength,
+    SqlInfo::SqlMaxColumnNameLength,
+    SqlInfo::SqlMaxColumnsInGroupBy,
+    SqlInfo::SqlMaxColumnsInIndex,
+    SqlInfo::SqlMaxColumnsInOrderBy,
+    SqlInfo::SqlMaxColumnsInSelect,
+    SqlInfo::SqlMaxColumnsInTable,
+    SqlInfo::SqlMaxConnections,
+    SqlInfo::SqlMaxCursorNameLength,
+    SqlInfo::SqlMaxIndexLength,
+    SqlInfo::SqlDbSchemaNameLength,
+    SqlInfo::SqlMaxProcedureNameLength,
+    SqlInfo::SqlMaxCatalogNameLength,
+    SqlInfo::SqlMaxRowSize,
+    SqlInfo::SqlMaxStatementLength,
+    SqlInfo::SqlMaxStatements,
+    SqlInfo::SqlMaxTableNameLength,
+    SqlInfo::SqlMaxTablesInSelect,
+    SqlInfo::SqlMaxUsernameLength,
+];
 
 /// Every namespace of the catalog, nested ones too, each as its levels.
 async fn all_namespaces(svc: &Service) -> Result<Vec<NamespaceIdent>, Error> {

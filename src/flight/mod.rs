@@ -24,16 +24,18 @@ use arrow_flight::{
     Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
+use iceberg::TableIdent;
 use tokio::sync::mpsc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Request, Response, Status, Streaming};
 use tracing::{Instrument, Span, info, warn};
 
 use crate::auth::{self, Tokens};
-use crate::catalog::RedbCatalog;
+use crate::catalog::{RedbCatalog, WritePin};
 use crate::config::IngestConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -153,6 +155,89 @@ impl SkadeFlight {
             })
         })
     }
+
+    /// A DoPut whose descriptor is the Flight SQL `command`: Lane 2's bulk ingest (keyed
+    /// by the exactly-once headers in `headers`), or the parameters bound to a prepared
+    /// query; updates and other commands are refused. `held` (the stream's permit and
+    /// write pin) is kept until the ingest ends.
+    ///
+    /// # Errors
+    /// The status of the ingest's or the binding's error, or of the refusal (each
+    /// counted by [`Self::fail`]).
+    async fn put_command(
+        &self,
+        command: Command,
+        batches: Batches,
+        session: Option<txn::SessionKey>,
+        headers: &MetadataMap,
+        held: (OwnedSemaphorePermit, WritePin),
+    ) -> Result<Response<BoxStream<PutResult>>, Status> {
+        let cmd = match command {
+            Command::CommandStatementIngest(cmd) => cmd,
+            Command::CommandPreparedStatementQuery(cmd) => {
+                let result = query::bind_parameters(cmd, batches)
+                    .await
+                    .map_err(|e| self.fail(e))?;
+                return Ok(one_result(result));
+            }
+            Command::CommandStatementUpdate(cmd) => {
+                return Err(self.fail(query::refuse_update(&cmd.query)));
+            }
+            Command::CommandPreparedStatementUpdate(cmd) => {
+                let e = match query::prepared(&cmd.prepared_statement_handle) {
+                    Ok(prepared) => query::refuse_update(&prepared.sql),
+                    Err(e) => e,
+                };
+                return Err(self.fail(e));
+            }
+            other => {
+                return Err(self.fail(Error::Unsupported {
+                    what: format!(
+                        "DoPut with the command {} (only CommandStatementIngest and \
+                         CommandPreparedStatementQuery)",
+                        other.type_url()
+                    ),
+                }));
+            }
+        };
+        let key = exactly_once::txn_key(headers).map_err(|e| self.fail(e))?;
+        let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, held)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(one_result(result))
+    }
+
+    /// A streaming put (Lane 1) into `ident`, with the writer id in `headers` if any: a
+    /// task of [`Service::puts`] ingests `batches` and answers on the returned stream,
+    /// holding `held` (the stream's permit and write pin) until it ends.
+    ///
+    /// # Errors
+    /// The status of a malformed writer id header; the ingest's own errors end the
+    /// returned stream instead.
+    fn put_table(
+        &self,
+        ident: TableIdent,
+        batches: Batches,
+        headers: &MetadataMap,
+        held: (OwnedSemaphorePermit, WritePin),
+    ) -> Result<Response<BoxStream<PutResult>>, Status> {
+        auth::record("table", &ident);
+        let writer = exactly_once::writer_id(headers).map_err(|e| self.fail(e))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let this = self.clone();
+        let guard = self.svc.metrics.table_put_opened(&ident.to_string());
+        self.svc.puts.spawn(
+            async move {
+                let _guard = guard;
+                let (_permit, _pin) = held;
+                if let Err(e) = put::run(&this.svc, ident, batches, writer, tx.clone()).await {
+                    let _ = tx.send(Err(this.fail(e)));
+                }
+            }
+            .instrument(Span::current()),
+        );
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
 }
 
 /// Logs a failed RPC once, in the RPC's span: a client that left (cancel, reset, broken
@@ -236,6 +321,11 @@ fn path_table(descriptor: &FlightDescriptor) -> Result<iceberg::TableIdent, Erro
 /// Whether `descriptor` is a `CMD` descriptor (a Flight SQL command).
 fn is_cmd(descriptor: &FlightDescriptor) -> bool {
     DescriptorType::try_from(descriptor.r#type) == Ok(DescriptorType::Cmd)
+}
+
+/// A DoPut's or DoAction's answer of one message.
+fn one_result<T: Send + 'static>(result: T) -> Response<BoxStream<T>> {
+    Response::new(Box::pin(futures::stream::iter([Ok(result)])))
 }
 
 #[tonic::async_trait]
@@ -357,7 +447,7 @@ impl FlightService for SkadeFlight {
         let pin = self.svc.catalog.pin_writes();
         let session = sql::session_of(&request);
         // Exactly-once headers: a writer id on a streaming put, writer id + sequence on a
-        // Flight SQL ingest; each lane reads its own below.
+        // Flight SQL ingest; each lane reads its own.
         let headers = request.metadata().clone();
         let limit = self.svc.config.max_message_size;
         let mut input = request.into_inner();
@@ -365,69 +455,16 @@ impl FlightService for SkadeFlight {
             .await
             .map_err(|e| self.fail(e))?;
         let descriptor = first.flight_descriptor.clone().unwrap_or_default();
-        let command = if is_cmd(&descriptor) {
-            Some(sql::command(&descriptor.cmd).map_err(|e| self.fail(e))?)
-        } else {
-            None
-        };
-        let ident = match command {
-            Some(_) => None,
-            None => Some(path_table(&descriptor).map_err(|e| self.fail(e))?),
-        };
+        if is_cmd(&descriptor) {
+            let command = sql::command(&descriptor.cmd).map_err(|e| self.fail(e))?;
+            let batches = Batches::new(first, input, limit);
+            return self
+                .put_command(command, batches, session, &headers, (permit, pin))
+                .await;
+        }
+        let ident = path_table(&descriptor).map_err(|e| self.fail(e))?;
         let batches = Batches::new(first, input, limit);
-        let Some(ident) = ident else {
-            let cmd = match command {
-                // Lane 2: Flight SQL bulk ingest.
-                Some(Command::CommandStatementIngest(cmd)) => cmd,
-                Some(Command::CommandPreparedStatementQuery(cmd)) => {
-                    let result = query::bind_parameters(cmd, batches)
-                        .await
-                        .map_err(|e| self.fail(e))?;
-                    return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
-                }
-                Some(Command::CommandStatementUpdate(cmd)) => {
-                    return Err(self.fail(query::refuse_update(&cmd.query)));
-                }
-                Some(Command::CommandPreparedStatementUpdate(cmd)) => {
-                    let e = match query::prepared(&cmd.prepared_statement_handle) {
-                        Ok(prepared) => query::refuse_update(&prepared.sql),
-                        Err(e) => e,
-                    };
-                    return Err(self.fail(e));
-                }
-                other => {
-                    return Err(self.fail(Error::Unsupported {
-                        what: format!(
-                            "DoPut with the command {} (only CommandStatementIngest and \
-                             CommandPreparedStatementQuery)",
-                            other.map(|c| c.type_url().to_string()).unwrap_or_default()
-                        ),
-                    }));
-                }
-            };
-            let key = exactly_once::txn_key(&headers).map_err(|e| self.fail(e))?;
-            let result = sql::do_put(self.svc.clone(), session, cmd, batches, key, (permit, pin))
-                .await
-                .map_err(|e| self.fail(e))?;
-            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
-        };
-        auth::record("table", &ident);
-        let writer = exactly_once::writer_id(&headers).map_err(|e| self.fail(e))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let this = self.clone();
-        let guard = self.svc.metrics.table_put_opened(&ident.to_string());
-        self.svc.puts.spawn(
-            async move {
-                let _guard = guard;
-                let _permit = permit;
-                let _pin = pin;
-                if let Err(e) = put::run(&this.svc, ident, batches, writer, tx.clone()).await {
-                    let _ = tx.send(Err(this.fail(e)));
-                }
-            }
-            .instrument(Span::current()),
-        );
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        self.put_table(ident, batches, &headers, (permit, pin))
     }
 
     async fn do_exchange(
@@ -455,8 +492,7 @@ impl FlightService for SkadeFlight {
             let body = exactly_once::writer_marks(&self.svc.catalog, &action.body)
                 .await
                 .map_err(reject)?;
-            let result = arrow_flight::Result { body: body.into() };
-            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
+            return Ok(one_result(arrow_flight::Result { body: body.into() }));
         }
         let stream = sql::do_action(&self.svc, session, key, action)
             .await

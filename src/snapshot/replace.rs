@@ -12,7 +12,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use iceberg::spec::{DataFile, ManifestContentType, ManifestFile, ManifestStatus, Snapshot};
+use iceberg::spec::{
+    DataFile, Manifest, ManifestContentType, ManifestFile, ManifestStatus, Snapshot,
+};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
@@ -107,11 +109,7 @@ async fn commit_plan(
     let Some(mut out) = without_inputs(table, manifests, rewrite, &written, cache).await? else {
         return Ok(None);
     };
-    let added_path = format!(
-        "{}/metadata/{commit_uuid}-m{}.avro",
-        table.metadata().location(),
-        out.len()
-    );
+    let added_path = written.manifest_path(table, out.len());
     let sequence_number = table.metadata().next_sequence_number();
     let added = write_added(
         table,
@@ -149,6 +147,17 @@ struct Replacing<'a> {
     deletes: &'a DeleteIndex,
 }
 
+impl Replacing<'_> {
+    /// Where the commit writes its `n`th manifest (0-based) in `table`'s metadata.
+    fn manifest_path(&self, table: &Table, n: usize) -> String {
+        format!(
+            "{}/metadata/{}-m{n}.avro",
+            table.metadata().location(),
+            self.commit_uuid
+        )
+    }
+}
+
 /// `manifests` with `rewrite`'s inputs marked `DELETED`: each data manifest holding an
 /// input is rewritten (other entries carried as `EXISTING`, deleted ones dropped), the
 /// rest kept as they are. `None` when an input is no longer live, or a live delete file
@@ -164,11 +173,6 @@ async fn without_inputs(
     replacing: &Replacing<'_>,
     cache: &mut ManifestCache,
 ) -> Result<Option<Vec<ManifestFile>>> {
-    let Replacing {
-        snapshot_id,
-        commit_uuid,
-        deletes,
-    } = *replacing;
     let inputs: HashSet<&str> = rewrite.inputs.iter().map(|f| f.file_path()).collect();
     let mut out = Vec::with_capacity(manifests.len() + 1);
     let (mut found, mut written) = (0usize, 0usize);
@@ -178,60 +182,27 @@ async fn without_inputs(
             continue;
         }
         let loaded = cache.manifest(table.file_io(), manifest).await?;
-        let mut hits = 0;
-        for entry in loaded.entries() {
-            if !entry.is_alive() || !inputs.contains(entry.file_path()) {
-                continue;
-            }
-            let (_, sequence) = entry_ids(entry, manifest)?;
-            if deletes.may_apply(manifest.partition_spec_id, sequence, entry.data_file()) {
-                return Ok(None);
-            }
-            hits += 1;
-        }
+        let Some(hits) = live_inputs(&loaded, manifest, &inputs, replacing.deletes)? else {
+            return Ok(None);
+        };
         if hits == 0 {
             out.push(manifest.clone());
             continue;
         }
         found += hits;
-        let path = format!(
-            "{}/metadata/{commit_uuid}-m{written}.avro",
-            table.metadata().location()
-        );
+        let path = replacing.manifest_path(table, written);
         written += 1;
-        let mut writer = manifest_writer(table, &path, snapshot_id)?;
-        let mut entries = Vec::with_capacity(loaded.entries().len());
-        for entry in loaded.entries() {
-            if entry.status() == ManifestStatus::Deleted {
-                continue;
-            }
-            let (added_by, sequence) = entry_ids(entry, manifest)?;
-            let file = entry.data_file().clone();
-            // Written, and as a reader sees it: every id explicit, nothing inherited.
-            let (status, by) = if inputs.contains(entry.file_path()) {
-                writer.add_delete_file(file.clone(), sequence, entry.file_sequence_number)?;
-                (ManifestStatus::Deleted, snapshot_id)
-            } else {
-                writer.add_existing_file(
-                    file.clone(),
-                    added_by,
-                    sequence,
-                    entry.file_sequence_number,
-                )?;
-                (ManifestStatus::Existing, added_by)
-            };
-            entries.push(entry_as_read(
-                status,
-                by,
-                sequence,
-                entry.file_sequence_number,
-                file,
-            ));
-        }
-        out.push(writer.write_manifest_file().await?);
-        cache
-            .written()
-            .remember_manifest(&path, Arc::new(as_read(table, entries)));
+        let (file, read) = mark_inputs_deleted(
+            table,
+            manifest,
+            &loaded,
+            &inputs,
+            replacing.snapshot_id,
+            &path,
+        )
+        .await?;
+        out.push(file);
+        cache.written().remember_manifest(&path, Arc::new(read));
         // Replaced by the one just written (a merged manifest can hold every live file
         // of the table: one copy kept is enough).
         cache
@@ -239,6 +210,80 @@ async fn without_inputs(
             .forget_manifests([manifest.manifest_path.as_str()]);
     }
     Ok((found == inputs.len()).then_some(out))
+}
+
+/// How many of `inputs` `loaded` (the content of `manifest`) lists as live; `None` when
+/// a delete file of `deletes` may apply to one of them.
+///
+/// # Errors
+/// `DataInvalid` for an input's entry without snapshot id or sequence number.
+fn live_inputs(
+    loaded: &Manifest,
+    manifest: &ManifestFile,
+    inputs: &HashSet<&str>,
+    deletes: &DeleteIndex,
+) -> Result<Option<usize>> {
+    let mut hits = 0;
+    for entry in loaded.entries() {
+        if !entry.is_alive() || !inputs.contains(entry.file_path()) {
+            continue;
+        }
+        let (_, sequence) = entry_ids(entry, manifest)?;
+        if deletes.may_apply(manifest.partition_spec_id, sequence, entry.data_file()) {
+            return Ok(None);
+        }
+        hits += 1;
+    }
+    Ok(Some(hits))
+}
+
+/// Writes `loaded` (the content of `manifest`) again at `path` for the snapshot
+/// `snapshot_id`: `inputs` as `DELETED` by it, every other live entry `EXISTING`, the
+/// entries already deleted dropped. Returns the manifest written and its content as a
+/// reader sees it.
+///
+/// # Errors
+/// iceberg's error writing the manifest; `DataInvalid` for an entry without snapshot id
+/// or sequence number.
+async fn mark_inputs_deleted(
+    table: &Table,
+    manifest: &ManifestFile,
+    loaded: &Manifest,
+    inputs: &HashSet<&str>,
+    snapshot_id: i64,
+    path: &str,
+) -> Result<(ManifestFile, Manifest)> {
+    let mut writer = manifest_writer(table, path, snapshot_id)?;
+    let mut entries = Vec::with_capacity(loaded.entries().len());
+    for entry in loaded.entries() {
+        if entry.status() == ManifestStatus::Deleted {
+            continue;
+        }
+        let (added_by, sequence) = entry_ids(entry, manifest)?;
+        let file = entry.data_file().clone();
+        // Written, and as a reader sees it: every id explicit, nothing inherited.
+        let (status, by) = if inputs.contains(entry.file_path()) {
+            writer.add_delete_file(file.clone(), sequence, entry.file_sequence_number)?;
+            (ManifestStatus::Deleted, snapshot_id)
+        } else {
+            writer.add_existing_file(
+                file.clone(),
+                added_by,
+                sequence,
+                entry.file_sequence_number,
+            )?;
+            (ManifestStatus::Existing, added_by)
+        };
+        entries.push(entry_as_read(
+            status,
+            by,
+            sequence,
+            entry.file_sequence_number,
+            file,
+        ));
+    }
+    let written = writer.write_manifest_file().await?;
+    Ok((written, as_read(table, entries)))
 }
 
 /// The summary of `rewrite`'s `replace` snapshot on `current`: the totals carried over

@@ -17,9 +17,9 @@ use arrow_array::types::{
     Time64MicrosecondType, TimestampMicrosecondType, TimestampNanosecondType,
 };
 use arrow_array::{
-    Array, ArrayRef, BinaryArray, BooleanArray, Date32Array, Decimal128Array, FixedSizeBinaryArray,
-    Float32Array, Float64Array, Int32Array, Int64Array, StringArray, Time64MicrosecondArray,
-    TimestampMicrosecondArray, TimestampNanosecondArray,
+    Array, ArrayRef, ArrowPrimitiveType, BinaryArray, BooleanArray, Date32Array, Decimal128Array,
+    FixedSizeBinaryArray, Float32Array, Float64Array, Int32Array, Int64Array, StringArray,
+    Time64MicrosecondArray, TimestampMicrosecondArray, TimestampNanosecondArray,
 };
 use arrow_cast::CastOptions;
 use arrow_schema::DataType;
@@ -145,9 +145,7 @@ pub(crate) fn literal_datum(literal: &Literal, field: &Field) -> Result<Datum, S
             bytes_datum(text.as_bytes().to_vec(), field, literal)
         }
         PrimitiveType::Decimal { precision, scale } => {
-            let mantissa = decimal_mantissa(text, *precision, *scale)
-                .map_err(|reason| bad(field, literal, reason))?;
-            decimal_datum(mantissa, ty).map_err(|reason| bad(field, literal, reason))
+            exact_decimal(text, *precision, *scale).map_err(|reason| bad(field, literal, reason))
         }
         _ => {
             let array: ArrayRef = Arc::new(StringArray::from(vec![text]));
@@ -241,16 +239,11 @@ pub(crate) fn array_datum(
 ) -> Result<Option<Datum>, SqlError> {
     let ty = primitive(field)?;
     let value = array.slice(row, 1);
-    let describe = || {
-        arrow_cast::display::ArrayFormatter::try_new(value.as_ref(), &Default::default())
-            .map(|f| f.value(0).to_string())
-            .unwrap_or_else(|_| "the value".to_string())
-    };
     if value.is_null(0) {
         return Ok(None);
     }
     // A decimal from text or a float goes through our exact reading, never a rounding cast.
-    if let PrimitiveType::Decimal { precision, scale } = ty
+    if let PrimitiveType::Decimal { precision, scale } = *ty
         && !matches!(
             value.data_type(),
             DataType::Decimal128(..)
@@ -260,32 +253,67 @@ pub(crate) fn array_datum(
                 | DataType::Int64
         )
     {
-        let text = describe();
-        let mantissa = decimal_mantissa(&text, *precision, *scale)
-            .map_err(|reason| bad(field, &text, reason))?;
-        return decimal_datum(mantissa, ty)
+        let text = describe(&value);
+        return exact_decimal(&text, precision, scale)
             .map(Some)
             .map_err(|reason| bad(field, &text, reason));
     }
     if *ty == PrimitiveType::Uuid {
-        let text = describe();
-        return match value.data_type() {
-            DataType::FixedSizeBinary(16) => {
-                let bytes = value
-                    .as_fixed_size_binary_opt()
-                    .ok_or_else(|| bad(field, &text, "not 16 bytes"))?
-                    .value(0);
-                let uuid =
-                    uuid::Uuid::from_slice(bytes).map_err(|e| bad(field, &text, e.to_string()))?;
-                Ok(Some(Datum::uuid(uuid)))
-            }
-            _ => Datum::uuid_from_str(&text)
-                .map(Some)
-                .map_err(|e| bad(field, &text, e.message())),
-        };
+        return uuid_datum(&value, field).map(Some);
     }
-    // The Arrow type each value is read from: the canonical one, with the plain
-    // (32-bit offset) layouts of strings and binaries.
+    let cast = cast_to_column(&value, ty, field)?;
+    cast_datum(&cast, &value, ty, field).map(Some)
+}
+
+/// The one value of `value` as text, for an error message.
+fn describe(value: &ArrayRef) -> String {
+    arrow_cast::display::ArrayFormatter::try_new(value.as_ref(), &Default::default())
+        .map(|f| f.value(0).to_string())
+        .unwrap_or_else(|_| "the value".to_string())
+}
+
+/// `text` as a decimal of `precision` digits and `scale` decimal places, read exactly.
+///
+/// # Errors
+/// Why it is not one: not a decimal number, more decimal places or digits than the
+/// column holds, or out of range.
+fn exact_decimal(text: &str, precision: u32, scale: u32) -> Result<Datum, String> {
+    let mantissa = decimal_mantissa(text, precision, scale)?;
+    decimal_datum(mantissa, &PrimitiveType::Decimal { precision, scale })
+}
+
+/// The one value of `value` (16 bytes, or text) as a UUID.
+///
+/// # Errors
+/// [`SqlError::BadValue`] when the bytes or the text are not a UUID.
+fn uuid_datum(value: &ArrayRef, field: &Field) -> Result<Datum, SqlError> {
+    let text = describe(value);
+    match value.data_type() {
+        DataType::FixedSizeBinary(16) => {
+            let bytes = value
+                .as_fixed_size_binary_opt()
+                .ok_or_else(|| bad(field, &text, "not 16 bytes"))?
+                .value(0);
+            let uuid =
+                uuid::Uuid::from_slice(bytes).map_err(|e| bad(field, &text, e.to_string()))?;
+            Ok(Datum::uuid(uuid))
+        }
+        _ => Datum::uuid_from_str(&text).map_err(|e| bad(field, &text, e.message())),
+    }
+}
+
+/// `value` cast to the Arrow type a value of `ty` is read from: the canonical one, with
+/// the plain (32-bit offset) layouts of strings and binaries. The cast refuses values
+/// that do not fit instead of making them null.
+///
+/// # Errors
+/// [`SqlError::BadValue`] when the value does not convert; [`SqlError::Eval`] when `ty`
+/// has no Arrow type.
+fn cast_to_column(
+    value: &ArrayRef,
+    ty: &PrimitiveType,
+    field: &Field,
+) -> Result<ArrayRef, SqlError> {
     let target = match ty {
         PrimitiveType::String => DataType::Utf8,
         PrimitiveType::Binary => DataType::Binary,
@@ -295,74 +323,49 @@ pub(crate) fn array_datum(
         safe: false,
         ..Default::default()
     };
-    let cast = arrow_cast::cast_with_options(&value, &target, &options)
-        .map_err(|e| bad(field, describe(), e.to_string()))?;
+    let cast = arrow_cast::cast_with_options(value, &target, &options)
+        .map_err(|e| bad(field, describe(value), e.to_string()))?;
     if cast.is_null(0) {
-        return Err(bad(field, describe(), "does not convert"));
+        return Err(bad(field, describe(value), "does not convert"));
     }
-    let missing = || SqlError::Eval {
-        reason: format!("a value cast to {target} is not one"),
-    };
-    let datum = match ty {
+    Ok(cast)
+}
+
+/// The one value of `cast` ([`cast_to_column`] of `value`) as a [`Datum`] of `ty`.
+///
+/// # Errors
+/// [`SqlError::BadValue`] naming `value` for a decimal or time out of the column's
+/// range; [`SqlError::Eval`] when `cast` is not of the type `ty` is read from.
+fn cast_datum(
+    cast: &ArrayRef,
+    value: &ArrayRef,
+    ty: &PrimitiveType,
+    field: &Field,
+) -> Result<Datum, SqlError> {
+    let missing = || not_cast(cast);
+    Ok(match ty {
         PrimitiveType::Boolean => Datum::bool(cast.as_boolean_opt().ok_or_else(missing)?.value(0)),
-        PrimitiveType::Int => Datum::int(
-            cast.as_primitive_opt::<Int32Type>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Long => Datum::long(
-            cast.as_primitive_opt::<Int64Type>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Float => Datum::float(
-            cast.as_primitive_opt::<Float32Type>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Double => Datum::double(
-            cast.as_primitive_opt::<Float64Type>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Decimal { .. } => {
-            let mantissa = cast
-                .as_primitive_opt::<Decimal128Type>()
-                .ok_or_else(missing)?
-                .value(0);
-            decimal_datum(mantissa, ty).map_err(|reason| bad(field, describe(), reason))?
+        PrimitiveType::Int => Datum::int(only::<Int32Type>(cast)?),
+        PrimitiveType::Long => Datum::long(only::<Int64Type>(cast)?),
+        PrimitiveType::Float => Datum::float(only::<Float32Type>(cast)?),
+        PrimitiveType::Double => Datum::double(only::<Float64Type>(cast)?),
+        PrimitiveType::Decimal { .. } => decimal_datum(only::<Decimal128Type>(cast)?, ty)
+            .map_err(|reason| bad(field, describe(value), reason))?,
+        PrimitiveType::Date => Datum::date(only::<Date32Type>(cast)?),
+        PrimitiveType::Time => Datum::time_micros(only::<Time64MicrosecondType>(cast)?)
+            .map_err(|e| bad(field, describe(value), e.message()))?,
+        PrimitiveType::Timestamp => {
+            Datum::timestamp_micros(only::<TimestampMicrosecondType>(cast)?)
         }
-        PrimitiveType::Date => Datum::date(
-            cast.as_primitive_opt::<Date32Type>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Time => Datum::time_micros(
-            cast.as_primitive_opt::<Time64MicrosecondType>()
-                .ok_or_else(missing)?
-                .value(0),
-        )
-        .map_err(|e| bad(field, describe(), e.message()))?,
-        PrimitiveType::Timestamp => Datum::timestamp_micros(
-            cast.as_primitive_opt::<TimestampMicrosecondType>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::Timestamptz => Datum::timestamptz_micros(
-            cast.as_primitive_opt::<TimestampMicrosecondType>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::TimestampNs => Datum::timestamp_nanos(
-            cast.as_primitive_opt::<TimestampNanosecondType>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
-        PrimitiveType::TimestamptzNs => Datum::timestamptz_nanos(
-            cast.as_primitive_opt::<TimestampNanosecondType>()
-                .ok_or_else(missing)?
-                .value(0),
-        ),
+        PrimitiveType::Timestamptz => {
+            Datum::timestamptz_micros(only::<TimestampMicrosecondType>(cast)?)
+        }
+        PrimitiveType::TimestampNs => {
+            Datum::timestamp_nanos(only::<TimestampNanosecondType>(cast)?)
+        }
+        PrimitiveType::TimestamptzNs => {
+            Datum::timestamptz_nanos(only::<TimestampNanosecondType>(cast)?)
+        }
         PrimitiveType::String => {
             Datum::string(cast.as_string_opt::<i32>().ok_or_else(missing)?.value(0))
         }
@@ -379,8 +382,25 @@ pub(crate) fn array_datum(
                 .to_vec(),
         ),
         PrimitiveType::Uuid => return Err(missing()),
-    };
-    Ok(Some(datum))
+    })
+}
+
+/// The one value of `cast`, an array of `P`.
+///
+/// # Errors
+/// [`SqlError::Eval`] when `cast` is not an array of `P`.
+fn only<P: ArrowPrimitiveType>(cast: &ArrayRef) -> Result<P::Native, SqlError> {
+    Ok(cast
+        .as_primitive_opt::<P>()
+        .ok_or_else(|| not_cast(cast))?
+        .value(0))
+}
+
+/// The error for a cast array that is not of the type it was cast to (not expected).
+fn not_cast(cast: &ArrayRef) -> SqlError {
+    SqlError::Eval {
+        reason: format!("a value cast to {} is not one", cast.data_type()),
+    }
 }
 
 /// `datum` as a one-row Arrow array of `data_type` (the type of the column it is
