@@ -5,6 +5,7 @@
 //! wire ([`names`]) and the decoding both ingest lanes share (`decode.rs`).
 
 mod decode;
+mod dml;
 mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
 mod metadata;
@@ -39,6 +40,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::write::MemoryBudget;
 use decode::{Batches, BoxStream};
+use txn::SessionKey;
 
 /// What every RPC shares: the catalog, the metrics and the ingest settings.
 #[derive(Debug)]
@@ -131,10 +133,17 @@ impl SkadeFlight {
     }
 
     /// `GetFlightInfo` (and `GetSchema`, which answers its schema) on `descriptor`: a
-    /// Flight SQL command's info, or a table's for a `PATH` descriptor.
-    async fn flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo, Status> {
+    /// Flight SQL command's info, or a table's for a `PATH` descriptor. A `DELETE` run
+    /// as a query runs here when `run` (`GetFlightInfo`), in `session`'s transaction if
+    /// it has one; `GetSchema` only answers its result's schema.
+    async fn flight_info(
+        &self,
+        descriptor: &FlightDescriptor,
+        session: Option<SessionKey>,
+        run: bool,
+    ) -> Result<FlightInfo, Status> {
         if is_cmd(descriptor) {
-            return sql::flight_info(&self.svc, descriptor)
+            return sql::flight_info(&self.svc, descriptor, session.as_ref(), run)
                 .await
                 .map_err(reject);
         }
@@ -310,7 +319,8 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let info = self.flight_info(request.get_ref()).await?;
+        let session = sql::session_of(&request);
+        let info = self.flight_info(request.get_ref(), session, true).await?;
         Ok(Response::new(info))
     }
 
@@ -325,7 +335,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        let info = self.flight_info(request.get_ref()).await?;
+        let info = self.flight_info(request.get_ref(), None, false).await?;
         Ok(Response::new(SchemaResult {
             schema: info.schema,
         }))
@@ -386,20 +396,23 @@ impl FlightService for SkadeFlight {
                     return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
                 }
                 Some(Command::CommandStatementUpdate(cmd)) => {
-                    return Err(self.fail(query::refuse_update(&cmd.query)));
+                    let result = query::execute_update(&self.svc, session.as_ref(), cmd)
+                        .await
+                        .map_err(|e| self.fail(e))?;
+                    return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
                 }
                 Some(Command::CommandPreparedStatementUpdate(cmd)) => {
-                    let e = match query::prepared(&cmd.prepared_statement_handle) {
-                        Ok(prepared) => query::refuse_update(&prepared.sql),
-                        Err(e) => e,
-                    };
-                    return Err(self.fail(e));
+                    let result =
+                        query::execute_prepared_update(&self.svc, session.as_ref(), cmd, batches)
+                            .await
+                            .map_err(|e| self.fail(e))?;
+                    return Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))));
                 }
                 other => {
                     return Err(self.fail(Error::Unsupported {
                         what: format!(
-                            "DoPut with the command {} (only CommandStatementIngest and \
-                             CommandPreparedStatementQuery)",
+                            "DoPut with the command {} (only CommandStatementIngest, \
+                             CommandStatementUpdate and the prepared statement commands)",
                             other.map(|c| c.type_url().to_string()).unwrap_or_default()
                         ),
                     }));
