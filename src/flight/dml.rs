@@ -48,11 +48,13 @@ pub(crate) fn result_schema() -> SchemaRef {
 /// # Errors
 /// `Internal` if the batch cannot be built (it always can).
 pub(crate) fn result_batch(rows: u64) -> Result<RecordBatch, Error> {
-    RecordBatch::try_new(result_schema(), vec![Arc::new(UInt64Array::from(vec![rows]))]).map_err(
-        |e| Error::Internal {
-            what: format!("building the rows-affected result: {e}"),
-        },
+    RecordBatch::try_new(
+        result_schema(),
+        vec![Arc::new(UInt64Array::from(vec![rows]))],
     )
+    .map_err(|e| Error::Internal {
+        what: format!("building the rows-affected result: {e}"),
+    })
 }
 
 /// The table `delete` names (a one-part name is in namespace `default`; skade's own
@@ -165,7 +167,10 @@ fn stage_in(
     filters: Vec<Predicate>,
 ) -> Result<(), Error> {
     let ident: TableIdent = table.identifier().clone();
-    if let Some(staged) = tables.iter_mut().find(|t| t.part.table.identifier() == &ident) {
+    if let Some(staged) = tables
+        .iter_mut()
+        .find(|t| t.part.table.identifier() == &ident)
+    {
         if staged.part.create || !staged.part.data_files.is_empty() {
             return Err(Error::catalog(
                 &ident,

@@ -279,7 +279,9 @@ async fn delete_info(
         statement_handle: ticket.encode_to_vec().into(),
     };
     Ok(info
-        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())))
+        .with_endpoint(
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+        )
         .with_total_records(1)
         .with_total_bytes(-1))
 }
@@ -377,9 +379,9 @@ pub(crate) async fn do_get(
     if let Some(rows) = ticket.rows_affected {
         let stream = FlightDataEncoderBuilder::new()
             .with_schema(dml::result_schema())
-            .build(futures::stream::iter([dml::result_batch(rows).map_err(|e| {
-                FlightError::Tonic(Box::new(e.into_status()))
-            })]))
+            .build(futures::stream::iter([
+                dml::result_batch(rows).map_err(|e| FlightError::Tonic(Box::new(e.into_status())))
+            ]))
             .map_err(|e| match e {
                 FlightError::Tonic(status) => *status,
                 other => Error::Internal {
@@ -504,7 +506,10 @@ pub(crate) async fn create_prepared(
     let query = PreparedQuery {
         sql: request.query,
         parameters: Vec::new(),
-        transaction_id: request.transaction_id.map(|id| id.to_vec()).unwrap_or_default(),
+        transaction_id: request
+            .transaction_id
+            .map(|id| id.to_vec())
+            .unwrap_or_default(),
     };
     if let Statement::Delete(delete) = sql::parse_statement(&query.sql)? {
         return prepare_delete(svc, query, &delete).await;

@@ -206,9 +206,7 @@ async fn stage_row_delta_part(
     )
     .await?;
     Ok(match staged {
-        Some((requirements, updates, _)) => {
-            TableChange::new(requirements, updates).with_mark(mark)
-        }
+        Some((requirements, updates, _)) => TableChange::new(requirements, updates).with_mark(mark),
         None => TableChange::default(),
     })
 }
@@ -329,9 +327,12 @@ pub(crate) async fn write_snapshot(
     let output = table.file_io().new_output(&list_path)?.writer().await?;
     // v3 assigns row ids: the list writer gives each data manifest without a first row
     // id the next ones (table spec, "Row Lineage").
-    let first_row_id = (metadata.format_version() == FormatVersion::V3).then(|| metadata.next_row_id());
+    let first_row_id =
+        (metadata.format_version() == FormatVersion::V3).then(|| metadata.next_row_id());
     let mut list = match first_row_id {
-        Some(first) => ManifestListWriter::v3(output, snapshot_id, parent_id, sequence_number, Some(first)),
+        Some(first) => {
+            ManifestListWriter::v3(output, snapshot_id, parent_id, sequence_number, Some(first))
+        }
         None => ManifestListWriter::v2(output, snapshot_id, parent_id, sequence_number),
     };
     list.add_manifests(manifests.iter().cloned())?;

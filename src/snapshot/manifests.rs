@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
-    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestMetadata,
-    ManifestStatus, ManifestWriter, ManifestWriterBuilder, UNASSIGNED_SEQUENCE_NUMBER,
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestMetadata, ManifestStatus, ManifestWriter, ManifestWriterBuilder,
+    UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};

@@ -40,9 +40,9 @@ use super::deletes::referenced_file;
 use super::manifests::{entry_ids, unique_snapshot_id};
 use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{RedbCatalog, Stage, Staged, TableChange};
-use crate::storage::blocking::run_blocking_io;
 use crate::deletes::{DeletedRows, deleted_positions, write_delete_files};
 use crate::sql::{Predicate, evaluate};
+use crate::storage::blocking::run_blocking_io;
 
 /// Rows read per batch while looking for the rows a filter matches.
 const MATCH_BATCH_ROWS: usize = 65_536;
@@ -163,7 +163,8 @@ impl LiveFiles {
     fn applicable(&self, spec_id: i32, sequence: i64, file: &DataFile) -> Result<Vec<DataFile>> {
         let partition = file.partition();
         if self.equality.iter().any(|(spec, part, seq)| {
-            sequence < *seq && (self.unpartitioned.contains(spec) || (*spec == spec_id && part == partition))
+            sequence < *seq
+                && (self.unpartitioned.contains(spec) || (*spec == spec_id && part == partition))
         }) {
             return Err(Error::new(
                 ErrorKind::FeatureUnsupported,
@@ -339,7 +340,7 @@ pub(crate) async fn stage_row_delta(
     if plan.deleted == 0 && added.is_empty() {
         return Ok(None);
     }
-    let delete_files = write_delete_files(table, &plan.rows).await?;
+    let delete_files = write_delete_files(table, &plan.rows, &plan.specs).await?;
     let metadata = table.metadata();
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();
@@ -366,7 +367,17 @@ pub(crate) async fn stage_row_delta(
         );
     }
     for (spec_id, files) in by_spec(&delete_files, &plan.specs) {
-        out.push(write_deletes(table, &next_path(), snapshot_id, spec_id, files, sequence_number).await?);
+        out.push(
+            write_deletes(
+                table,
+                &next_path(),
+                snapshot_id,
+                spec_id,
+                files,
+                sequence_number,
+            )
+            .await?,
+        );
     }
     let removed: HashSet<&str> = plan
         .removed
@@ -375,11 +386,28 @@ pub(crate) async fn stage_row_delta(
         .chain(plan.removed_deletes.keys().map(String::as_str))
         .collect();
     for manifest in manifests {
-        out.push(without(table, manifest, &removed, snapshot_id, &mut next_path, cache).await?);
+        out.push(
+            without(
+                table,
+                manifest,
+                &removed,
+                snapshot_id,
+                &mut next_path,
+                cache,
+            )
+            .await?,
+        );
     }
     let summary = summary(table, &added, &delete_files, &plan, properties);
-    let (requirements, updates) =
-        write_snapshot(table, cache.written(), snapshot_id, commit_uuid, out, summary).await?;
+    let (requirements, updates) = write_snapshot(
+        table,
+        cache.written(),
+        snapshot_id,
+        commit_uuid,
+        out,
+        summary,
+    )
+    .await?;
     Ok(Some((requirements, updates, plan.deleted)))
 }
 
@@ -412,7 +440,13 @@ async fn write_deletes(
     files: Vec<DataFile>,
     sequence_number: i64,
 ) -> Result<ManifestFile> {
-    let mut writer = writer_for(table, path, snapshot_id, spec_id, ManifestContentType::Deletes)?;
+    let mut writer = writer_for(
+        table,
+        path,
+        snapshot_id,
+        spec_id,
+        ManifestContentType::Deletes,
+    )?;
     for file in files {
         writer.add_file(file, iceberg::spec::UNASSIGNED_SEQUENCE_NUMBER)?;
     }
@@ -438,7 +472,10 @@ fn writer_for(
     let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
         Error::new(
             ErrorKind::DataInvalid,
-            format!("table {} has no partition spec {spec_id}", table.identifier()),
+            format!(
+                "table {} has no partition spec {spec_id}",
+                table.identifier()
+            ),
         )
     })?;
     let builder = ManifestWriterBuilder::new(
@@ -521,7 +558,11 @@ fn summary(
             .unwrap_or_else(|| metadata.default_partition_spec().clone())
     };
     for file in added {
-        collector.add_file(file, schema.clone(), metadata.default_partition_spec().clone());
+        collector.add_file(
+            file,
+            schema.clone(),
+            metadata.default_partition_spec().clone(),
+        );
     }
     for file in delete_files {
         let spec = file
@@ -565,11 +606,23 @@ fn summary(
 /// `removed-*` one that lowers it.
 const TOTALS: &[(&str, &str, &str)] = &[
     ("total-data-files", "added-data-files", "deleted-data-files"),
-    ("total-delete-files", "added-delete-files", "removed-delete-files"),
+    (
+        "total-delete-files",
+        "added-delete-files",
+        "removed-delete-files",
+    ),
     ("total-records", "added-records", "deleted-records"),
     ("total-files-size", "added-files-size", "removed-files-size"),
-    ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
-    ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+    (
+        "total-position-deletes",
+        "added-position-deletes",
+        "removed-position-deletes",
+    ),
+    (
+        "total-equality-deletes",
+        "added-equality-deletes",
+        "removed-equality-deletes",
+    ),
 ];
 
 /// Sets every `total-*` of `summary` to the parent's plus what it adds, minus what it
@@ -591,7 +644,10 @@ fn carry_totals(table: &Table, summary: &mut HashMap<String, String>) {
         if let (Some(before), Some(add), Some(remove)) =
             (before, figure(summary, added), figure(summary, removed))
         {
-            summary.insert(total.to_string(), (before + add - remove).max(0).to_string());
+            summary.insert(
+                total.to_string(),
+                (before + add - remove).max(0).to_string(),
+            );
         }
     }
 }
@@ -622,7 +678,10 @@ impl Stage for DeleteRows {
 
     async fn stage(&mut self, current: &[Table]) -> Result<Option<Staged<u64>>> {
         let [table] = current else {
-            return Err(Error::new(ErrorKind::Unexpected, "a DELETE commits one table"));
+            return Err(Error::new(
+                ErrorKind::Unexpected,
+                "a DELETE commits one table",
+            ));
         };
         let staged = stage_on(
             self.written.clone(),
@@ -634,10 +693,9 @@ impl Stage for DeleteRows {
         .await?;
         Ok(Some(match staged {
             None => Staged::new(vec![TableChange::default()], 0),
-            Some((requirements, updates, deleted)) => Staged::new(
-                vec![TableChange::new(requirements, updates)],
-                deleted,
-            ),
+            Some((requirements, updates, deleted)) => {
+                Staged::new(vec![TableChange::new(requirements, updates)], deleted)
+            }
         }))
     }
 }
@@ -676,7 +734,9 @@ pub(crate) async fn count_matching(
     run_blocking_io(async move {
         let mut cache = ManifestCache::new(written);
         let manifests = cache.current(&table).await?;
-        Ok(plan_delete(&table, &manifests, &filters, &mut cache).await?.deleted)
+        Ok(plan_delete(&table, &manifests, &filters, &mut cache)
+            .await?
+            .deleted)
     })
     .await
 }
