@@ -163,7 +163,7 @@ def execute_update(server, sql: str) -> int:
         conn.close()
 
 
-FILTERS = [q.split(" WHERE ", 1)[1] for q in LITERAL_QUERIES if " WHERE " in q]
+FILTERS = [q.split(" WHERE ", 1)[1] for q in LITERAL_QUERIES if " WHERE " in q and " LIMIT " not in q]
 
 
 @pytest.mark.parametrize("version", [2, 3])
@@ -231,9 +231,18 @@ def test_every_path_deletes_and_counts_once(server, rest, version):
         assert {fmt for _, fmt in forms} == {"PARQUET"} and {c for c, _ in forms} == {1}
     else:
         assert {fmt for _, fmt in forms} == {"PUFFIN"} and {c for c, _ in forms} == {1}
-        # One DV per data file: the first file's deletes were merged into one.
-        referenced = [f.referenced_data_file for f in live_files(rest, name) if int(f.content) == 1]
-        assert len(referenced) == len(set(referenced)), referenced
+        # One DV per data file: the first file's three deletes were merged into one,
+        # beside the second file's.
+        assert len(forms) == 2, forms
+        # pyiceberg's Puffin reader (a second implementation) decodes every blob.
+        from pyiceberg.table.puffin import PuffinFile
+
+        table = rest.load_table(f"del.{name}")
+        data_paths = {f.file_path for f in live_files(rest, name) if int(f.content) == 0}
+        for path in {f.file_path for f in live_files(rest, name) if int(f.content) == 1}:
+            with table.io.new_input(path).open() as stream:
+                vectors = PuffinFile(stream.read()).to_vector()
+            assert set(vectors) <= data_paths, (set(vectors), data_paths)
     # DELETE without WHERE: every row.
     assert execute(server, f"DELETE FROM del.{name}") == len(left)
     assert_readers_agree(server, rest, name, [])
