@@ -9,6 +9,7 @@
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod deletes;
 pub mod error;
 pub mod flight;
 pub mod heap;

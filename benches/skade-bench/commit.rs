@@ -175,6 +175,7 @@ async fn release_latency() {
                 table: table.clone(),
                 create: false,
                 data_files: tiny_files(table, round).await,
+                deletes: Vec::new(),
             });
         }
         let started = Instant::now();

@@ -5,6 +5,7 @@
 //! wire ([`names`]) and the decoding both ingest lanes share (`decode.rs`).
 
 mod decode;
+mod dml;
 mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
 mod metadata;
@@ -41,6 +42,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::write::MemoryBudget;
 use decode::{Batches, BoxStream};
+use txn::SessionKey;
 
 /// What every RPC shares: the catalog, the metrics and the ingest settings.
 #[derive(Debug)]
@@ -133,10 +135,17 @@ impl SkadeFlight {
     }
 
     /// `GetFlightInfo` (and `GetSchema`, which answers its schema) on `descriptor`: a
-    /// Flight SQL command's info, or a table's for a `PATH` descriptor.
-    async fn flight_info(&self, descriptor: &FlightDescriptor) -> Result<FlightInfo, Status> {
+    /// Flight SQL command's info, or a table's for a `PATH` descriptor. A `DELETE` run
+    /// as a query runs here when `run` (`GetFlightInfo`), in `session`'s transaction if
+    /// it has one; `GetSchema` only answers its result's schema.
+    async fn flight_info(
+        &self,
+        descriptor: &FlightDescriptor,
+        session: Option<SessionKey>,
+        run: bool,
+    ) -> Result<FlightInfo, Status> {
         if is_cmd(descriptor) {
-            return sql::flight_info(&self.svc, descriptor)
+            return sql::flight_info(&self.svc, descriptor, session.as_ref(), run)
                 .await
                 .map_err(reject);
         }
@@ -168,7 +177,7 @@ impl SkadeFlight {
         &self,
         command: Command,
         batches: Batches,
-        session: Option<txn::SessionKey>,
+        session: Option<SessionKey>,
         headers: &MetadataMap,
         held: (OwnedSemaphorePermit, WritePin),
     ) -> Result<Response<BoxStream<PutResult>>, Status> {
@@ -181,20 +190,23 @@ impl SkadeFlight {
                 return Ok(one_result(result));
             }
             Command::CommandStatementUpdate(cmd) => {
-                return Err(self.fail(query::refuse_update(&cmd.query)));
+                let result = query::execute_update(&self.svc, session.as_ref(), cmd)
+                    .await
+                    .map_err(|e| self.fail(e))?;
+                return Ok(one_result(result));
             }
             Command::CommandPreparedStatementUpdate(cmd) => {
-                let e = match query::prepared(&cmd.prepared_statement_handle) {
-                    Ok(prepared) => query::refuse_update(&prepared.sql),
-                    Err(e) => e,
-                };
-                return Err(self.fail(e));
+                let result =
+                    query::execute_prepared_update(&self.svc, session.as_ref(), cmd, batches)
+                        .await
+                        .map_err(|e| self.fail(e))?;
+                return Ok(one_result(result));
             }
             other => {
                 return Err(self.fail(Error::Unsupported {
                     what: format!(
-                        "DoPut with the command {} (only CommandStatementIngest and \
-                         CommandPreparedStatementQuery)",
+                        "DoPut with the command {} (only CommandStatementIngest, \
+                         CommandStatementUpdate and the prepared statement commands)",
                         other.type_url()
                     ),
                 }));
@@ -400,7 +412,8 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let info = self.flight_info(request.get_ref()).await?;
+        let session = sql::session_of(&request);
+        let info = self.flight_info(request.get_ref(), session, true).await?;
         Ok(Response::new(info))
     }
 
@@ -415,7 +428,7 @@ impl FlightService for SkadeFlight {
         &self,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<SchemaResult>, Status> {
-        let info = self.flight_info(request.get_ref()).await?;
+        let info = self.flight_info(request.get_ref(), None, false).await?;
         Ok(Response::new(SchemaResult {
             schema: info.schema,
         }))

@@ -11,8 +11,12 @@
 //! statement itself (with its bound parameters once bound, `proto::PreparedQuery`), and
 //! a query's ticket adds the snapshot and schema `GetFlightInfo` planned it on
 //! (`proto::QueryTicket`), so `DoGet` reads exactly that snapshot — the rows the
-//! FlightInfo's schema describes, whatever commits in between. A statement that is not
-//! a query (`DELETE`, `INSERT`, DDL) is `InvalidArgument` naming it, on every path.
+//! FlightInfo's schema describes, whatever commits in between.
+//!
+//! A `DELETE` is served on the same paths and as an update ([`super::dml`]): run as a
+//! query, `GetFlightInfo` runs it and its ticket answers one row, `rows_affected`. Any
+//! other statement (`INSERT`, `UPDATE`, DDL) is `InvalidArgument` naming it, on every
+//! path.
 
 use std::io::Cursor;
 
@@ -23,8 +27,8 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::sql::{
     ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult,
-    CommandPreparedStatementQuery, DoPutPreparedStatementResult, ProstMessageExt,
-    TicketStatementQuery,
+    CommandPreparedStatementQuery, CommandPreparedStatementUpdate, CommandStatementUpdate,
+    DoPutPreparedStatementResult, DoPutUpdateResult, ProstMessageExt, TicketStatementQuery,
 };
 use arrow_flight::{
     FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, IpcMessage, PutResult, SchemaAsIpc,
@@ -40,10 +44,12 @@ use tracing::debug;
 
 use super::Service;
 use super::decode::{Batches, BoxStream};
+use super::dml;
 use super::names;
+use super::txn::SessionKey;
 use crate::error::Error;
 use crate::proto::{PreparedQuery, QueryTicket};
-use crate::sql::{self, Bound, SqlError};
+use crate::sql::{self, Bound, Delete, SqlError, Statement};
 
 /// A statement resolved against one snapshot of its table.
 struct Planned {
@@ -202,13 +208,19 @@ pub(crate) async fn flight_info(
     svc: &Service,
     descriptor: &FlightDescriptor,
     query: PreparedQuery,
+    session: Option<&SessionKey>,
+    run: bool,
 ) -> Result<FlightInfo, Error> {
+    if let Statement::Delete(delete) = sql::parse_statement(&query.sql)? {
+        return delete_info(svc, descriptor, query, &delete, session, run).await;
+    }
     let planned = plan(svc, &query, None, false).await?;
     debug!(table = %planned.ident, snapshot_id = ?planned.snapshot_id, predicate = %planned.bound.predicate, "query planned");
     let ticket = QueryTicket {
         query: Some(query),
         snapshot_id: planned.snapshot_id,
         schema_id: planned.schema.schema_id(),
+        rows_affected: None,
     };
     let ticket = TicketStatementQuery {
         statement_handle: ticket.encode_to_vec().into(),
@@ -229,6 +241,128 @@ pub(crate) async fn flight_info(
         })
 }
 
+/// A `DELETE` run as a query (`cursor.execute`): runs it when `run` (once per bound
+/// parameter row, in the statement's transaction — its own, else `session`'s — or
+/// autocommit) and answers a FlightInfo of one row, `rows_affected`, whose ticket
+/// carries the count. `GetSchema` (`run` false) only answers the schema.
+///
+/// # Errors
+/// As [`dml::run_delete`].
+async fn delete_info(
+    svc: &Service,
+    descriptor: &FlightDescriptor,
+    query: PreparedQuery,
+    delete: &Delete,
+    session: Option<&SessionKey>,
+    run: bool,
+) -> Result<FlightInfo, Error> {
+    let schema = dml::result_schema();
+    let info = FlightInfo::new()
+        .try_with_schema(&schema)
+        .map_err(|e| Error::Internal {
+            what: format!("cannot encode the result schema: {e}"),
+        })?
+        .with_descriptor(descriptor.clone());
+    if !run {
+        return Ok(info);
+    }
+    let params = decode_parameters(&query.parameters)?;
+    let transaction = (!query.transaction_id.is_empty()).then_some(query.transaction_id.as_slice());
+    let rows = dml::run_delete(svc, session, transaction, delete, params.as_ref()).await?;
+    let ticket = QueryTicket {
+        query: Some(query),
+        snapshot_id: None,
+        schema_id: 0,
+        rows_affected: Some(rows),
+    };
+    let ticket = TicketStatementQuery {
+        statement_handle: ticket.encode_to_vec().into(),
+    };
+    Ok(info
+        .with_endpoint(
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+        )
+        .with_total_records(1)
+        .with_total_bytes(-1))
+}
+
+/// `DoPut` of `CommandStatementUpdate`: runs the statement (a `DELETE`) in the
+/// command's transaction (else `session`'s, else autocommit) and answers
+/// `DoPutUpdateResult` with the rows deleted.
+///
+/// # Errors
+/// [`SqlError::Unsupported`] for a query or any other statement; as
+/// [`dml::run_delete`].
+pub(crate) async fn execute_update(
+    svc: &Service,
+    session: Option<&SessionKey>,
+    cmd: CommandStatementUpdate,
+) -> Result<PutResult, Error> {
+    let delete = update_statement(&cmd.query)?;
+    let rows = dml::run_delete(svc, session, cmd.transaction_id.as_deref(), &delete, None).await?;
+    Ok(update_result(rows))
+}
+
+/// `DoPut` of `CommandPreparedStatementUpdate`: runs the prepared statement (a
+/// `DELETE`) once per parameter row the stream carries (once with the parameters bound
+/// earlier when it carries none) and answers `DoPutUpdateResult` with the rows deleted.
+///
+/// # Errors
+/// As [`execute_update`]; [`SqlError::Parameters`] when the rows sent do not fit.
+pub(crate) async fn execute_prepared_update(
+    svc: &Service,
+    session: Option<&SessionKey>,
+    cmd: CommandPreparedStatementUpdate,
+    mut batches: Batches,
+) -> Result<PutResult, Error> {
+    let query = prepared(&cmd.prepared_statement_handle)?;
+    let delete = update_statement(&query.sql)?;
+    let mut all: Vec<RecordBatch> = Vec::new();
+    while let Some((batch, _)) = batches.next().await? {
+        all.push(batch);
+    }
+    let params = match all.first() {
+        None => decode_parameters(&query.parameters)?,
+        Some(first) => Some(
+            arrow_select::concat::concat_batches(&first.schema(), &all).map_err(|e| {
+                Error::from(SqlError::Parameters {
+                    reason: format!("the batches do not concatenate: {e}"),
+                })
+            })?,
+        ),
+    };
+    let transaction = (!query.transaction_id.is_empty()).then_some(query.transaction_id.as_slice());
+    let rows = dml::run_delete(svc, session, transaction, &delete, params.as_ref()).await?;
+    Ok(update_result(rows))
+}
+
+/// The `DELETE` an update runs.
+///
+/// # Errors
+/// [`SqlError::Unsupported`] for a query.
+fn update_statement(sql: &str) -> Result<Delete, Error> {
+    match sql::parse_statement(sql)? {
+        Statement::Delete(delete) => Ok(delete),
+        Statement::Select(_) => Err(SqlError::Unsupported {
+            what: "a query run as an update (run SELECT as a query: cursor.execute, \
+                   executeQuery)"
+                .to_string(),
+        }
+        .into()),
+    }
+}
+
+/// `DoPutUpdateResult { record_count: rows }`, plain (not `Any`-wrapped), as Flight SQL
+/// clients decode it.
+fn update_result(rows: u64) -> PutResult {
+    let result = DoPutUpdateResult {
+        record_count: i64::try_from(rows).unwrap_or(i64::MAX),
+    };
+    PutResult {
+        app_metadata: result.encode_to_vec().into(),
+    }
+}
+
 /// `DoGet` on a query's ticket: streams the rows of the snapshot the ticket names that
 /// the statement selects, in write order, at most `LIMIT` of them.
 ///
@@ -242,6 +376,21 @@ pub(crate) async fn do_get(
 ) -> Result<BoxStream<FlightData>, Error> {
     let ticket = QueryTicket::decode(ticket.statement_handle.as_ref())
         .map_err(|e| bad_handle("query ticket", e))?;
+    if let Some(rows) = ticket.rows_affected {
+        let stream = FlightDataEncoderBuilder::new()
+            .with_schema(dml::result_schema())
+            .build(futures::stream::iter([
+                dml::result_batch(rows).map_err(|e| FlightError::Tonic(Box::new(e.into_status())))
+            ]))
+            .map_err(|e| match e {
+                FlightError::Tonic(status) => *status,
+                other => Error::Internal {
+                    what: format!("encoding the result failed: {other}"),
+                }
+                .into_status(),
+            });
+        return Ok(Box::pin(stream));
+    }
     let query = ticket
         .query
         .ok_or_else(|| bad_handle("query ticket", "it holds no statement"))?;
@@ -357,10 +506,49 @@ pub(crate) async fn create_prepared(
     let query = PreparedQuery {
         sql: request.query,
         parameters: Vec::new(),
+        transaction_id: request
+            .transaction_id
+            .map(|id| id.to_vec())
+            .unwrap_or_default(),
     };
+    if let Statement::Delete(delete) = sql::parse_statement(&query.sql)? {
+        return prepare_delete(svc, query, &delete).await;
+    }
     let planned = plan(svc, &query, None, true).await?;
     let select = sql::parse(&query.sql)?;
     let types = select.parameter_types(&planned.schema, &planned.ident.to_string())?;
+    Ok(ActionCreatePreparedStatementResult {
+        prepared_statement_handle: query.encode_to_vec().into(),
+        dataset_schema: schema_bytes(&planned.output)?,
+        parameter_schema: schema_bytes(&parameter_schema(&types))?,
+    })
+}
+
+/// `CreatePreparedStatement` of a `DELETE`: checks names and literals against the
+/// table's current schema; the dataset schema is the rows-affected result's.
+///
+/// # Errors
+/// As [`dml::table_of`] and [`Delete::prepare`].
+async fn prepare_delete(
+    svc: &Service,
+    query: PreparedQuery,
+    delete: &Delete,
+) -> Result<ActionCreatePreparedStatementResult, Error> {
+    let table = dml::table_of(svc, delete).await?;
+    let schema = table.metadata().current_schema();
+    let name = table.identifier().to_string();
+    delete.prepare(schema, &name)?;
+    let types = delete.parameter_types(schema, &name)?;
+    Ok(ActionCreatePreparedStatementResult {
+        prepared_statement_handle: query.encode_to_vec().into(),
+        dataset_schema: schema_bytes(&dml::result_schema())?,
+        parameter_schema: schema_bytes(&parameter_schema(&types))?,
+    })
+}
+
+/// One field per parameter, `$1`, `$2`, …, typed as the column it is compared with
+/// (`Null` for a parameter never used).
+fn parameter_schema(types: &[Option<iceberg::spec::PrimitiveType>]) -> Schema {
     let fields: Vec<Field> = types
         .iter()
         .enumerate()
@@ -375,11 +563,7 @@ pub(crate) async fn create_prepared(
             Field::new(format!("${}", i + 1), data_type, true)
         })
         .collect();
-    Ok(ActionCreatePreparedStatementResult {
-        prepared_statement_handle: query.encode_to_vec().into(),
-        dataset_schema: schema_bytes(&planned.output)?,
-        parameter_schema: schema_bytes(&Schema::new(fields))?,
-    })
+    Schema::new(fields)
 }
 
 /// `DoPut` of `CommandPreparedStatementQuery`: binds the stream's parameters (one row,
@@ -395,7 +579,7 @@ pub(crate) async fn bind_parameters(
     mut batches: Batches,
 ) -> Result<PutResult, Error> {
     let mut query = prepared(&cmd.prepared_statement_handle)?;
-    let select = sql::parse(&query.sql)?;
+    let statement = sql::parse_statement(&query.sql)?;
     let (schema, first) = batches.first("parameter stream").await?;
     let mut all: Vec<RecordBatch> = first.into_iter().map(|(b, _)| b).collect();
     while let Some((batch, _)) = batches.next().await? {
@@ -406,7 +590,21 @@ pub(crate) async fn bind_parameters(
             reason: format!("the batches do not concatenate: {e}"),
         })
     })?;
-    select.check_parameters(&batch)?;
+    match statement {
+        Statement::Select(select) => select.check_parameters(&batch)?,
+        // A DELETE runs once per row.
+        Statement::Delete(delete) if batch.num_columns() != delete.parameters() => {
+            return Err(SqlError::Parameters {
+                reason: format!(
+                    "{} parameter(s) are bound; the statement takes {}",
+                    batch.num_columns(),
+                    delete.parameters()
+                ),
+            }
+            .into());
+        }
+        Statement::Delete(_) => {}
+    }
     query.parameters = encode_parameters(&batch)?;
     let result = DoPutPreparedStatementResult {
         prepared_statement_handle: Some(query.encode_to_vec().into()),
@@ -416,15 +614,15 @@ pub(crate) async fn bind_parameters(
     })
 }
 
-/// The refusal of an update (`CommandStatementUpdate`, `CommandPreparedStatementUpdate`:
-/// ADBC's `execute_update`, JDBC's `executeUpdate`): skade's SQL only reads. Names the
-/// statement (`DELETE`, `INSERT`, …), or says to run a query as one.
+/// The refusal of `GetFlightInfo` on an update command (`CommandStatementUpdate`,
+/// `CommandPreparedStatementUpdate`): Flight SQL runs updates with `DoPut`. A statement
+/// outside the subset is refused naming it first.
 pub(crate) fn refuse_update(sql: &str) -> Error {
-    match sql::parse(sql) {
+    match sql::parse_statement(sql) {
         Err(e) => e.into(),
         Ok(_) => SqlError::Unsupported {
-            what: "a query run as an update (run SELECT as a query: cursor.execute, \
-                   executeQuery)"
+            what: "GetFlightInfo of an update command (Flight SQL runs updates with DoPut; \
+                   ADBC's execute_update and JDBC's executeUpdate do)"
                 .to_string(),
         }
         .into(),

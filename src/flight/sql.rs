@@ -176,7 +176,8 @@ async fn metadata(svc: &Service, command: Command) -> Result<Option<Answer>, Err
 }
 
 /// `GetFlightInfo` on a `CMD` descriptor: a metadata command's info (its schema, one
-/// endpoint whose ticket is the command), or a query's ([`query::flight_info`]).
+/// endpoint whose ticket is the command), or a query's ([`query::flight_info`], which
+/// runs a `DELETE` when `run`: `GetFlightInfo`, not `GetSchema`).
 ///
 /// # Errors
 /// [`Error::BadRequest`] for bytes that are not a Flight SQL command; a statement's
@@ -184,6 +185,8 @@ async fn metadata(svc: &Service, command: Command) -> Result<Option<Answer>, Err
 pub(crate) async fn flight_info(
     svc: &Service,
     descriptor: &FlightDescriptor,
+    session: Option<&SessionKey>,
+    run: bool,
 ) -> Result<FlightInfo, Error> {
     let command = command(&descriptor.cmd)?;
     let ticket = Ticket::new(command.clone().into_any().encode_to_vec());
@@ -192,12 +195,13 @@ pub(crate) async fn flight_info(
             let query = PreparedQuery {
                 sql: cmd.query,
                 parameters: Vec::new(),
+                transaction_id: cmd.transaction_id.map(|id| id.to_vec()).unwrap_or_default(),
             };
-            return query::flight_info(svc, descriptor, query).await;
+            return query::flight_info(svc, descriptor, query, session, run).await;
         }
         Command::CommandPreparedStatementQuery(cmd) => {
             let query = query::prepared(&cmd.prepared_statement_handle)?;
-            return query::flight_info(svc, descriptor, query).await;
+            return query::flight_info(svc, descriptor, query, session, run).await;
         }
         Command::CommandStatementUpdate(cmd) => return Err(query::refuse_update(&cmd.query)),
         Command::CommandPreparedStatementUpdate(cmd) => {
@@ -690,6 +694,7 @@ async fn resolve(
             create,
             data_files: Vec::new(),
             schema_change,
+            deletes: Vec::new(),
         },
         names: FileNames::new(),
         store: FileStore::of(svc.catalog.warehouse()),

@@ -44,10 +44,12 @@ use super::fast_append::stage_fast_append_with;
 use super::manifests::{
     as_listed, as_read, entry_as_read, manifest_writer, merge_manifests, now_ms, unique_snapshot_id,
 };
+use super::row_delta;
 use super::schema_change::{SchemaChange, evolved_handle};
 use crate::catalog::RedbCatalog;
 use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{Stage, Staged, TableChange, WriterRange};
+use crate::sql::Predicate;
 use crate::storage::blocking::run_blocking_io;
 
 /// One table's part of an [`Append`]: the data files it appends (in write order; they
@@ -58,6 +60,9 @@ pub struct AppendPart {
     pub files: Vec<DataFile>,
     /// A schema the files were written with, made current in the same commit.
     pub change: Option<SchemaChange>,
+    /// Filters whose rows are deleted in the same snapshot ([`super::row_delta`]): a
+    /// transaction's `DELETE`s of the table.
+    pub deletes: Vec<Predicate>,
 }
 
 /// The merge append of one or several tables in one commit (module docs). A part without
@@ -146,6 +151,9 @@ async fn stage_part(
     properties: HashMap<String, String>,
     mark: Option<WriterRange>,
 ) -> Result<TableChange> {
+    if !part.deletes.is_empty() {
+        return stage_row_delta_part(catalog, part, base, properties, mark).await;
+    }
     if part.files.is_empty() {
         return Ok(TableChange::default());
     }
@@ -165,6 +173,42 @@ async fn stage_part(
     })
     .await?;
     Ok(TableChange::new(requirements, updates).with_mark(mark))
+}
+
+/// A part with deletes: one row delta of its deletes and files on `base`.
+///
+/// # Errors
+/// `FeatureUnsupported` for a part that also changes the schema; as
+/// [`super::row_delta::stage_on`].
+async fn stage_row_delta_part(
+    catalog: &RedbCatalog,
+    part: &AppendPart,
+    base: Table,
+    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
+) -> Result<TableChange> {
+    if part.change.is_some() {
+        return Err(iceberg::Error::new(
+            iceberg::ErrorKind::FeatureUnsupported,
+            format!(
+                "table {} gets a DELETE and an append that changes its schema in one \
+                 transaction: commit the schema change first",
+                base.identifier()
+            ),
+        ));
+    }
+    let staged = row_delta::stage_on(
+        catalog.written_manifests().clone(),
+        base,
+        part.deletes.clone(),
+        part.files.clone(),
+        properties,
+    )
+    .await?;
+    Ok(match staged {
+        Some((requirements, updates, _)) => TableChange::new(requirements, updates).with_mark(mark),
+        None => TableChange::default(),
+    })
 }
 
 /// Stages `data_files` as one append on `table` (module docs): writes its manifest, any
@@ -256,7 +300,8 @@ pub(crate) async fn write_added(
 }
 
 /// Writes the manifest list of snapshot `snapshot_id` — child of `table`'s current
-/// snapshot (if any), listing `manifests`, with `summary` — remembers it in `written`
+/// snapshot (if any), listing `manifests`, with `summary` (a v2 list, or on a v3 table a
+/// v3 list that assigns row ids) — remembers it in `written`
 /// ([`WrittenManifests::remember_list`]), and returns the commit that makes the snapshot current, as
 /// iceberg's snapshot producer commits it: the table's uuid and `main` still at the
 /// parent as requirements; `AddSnapshot` and `SetSnapshotRef main` as updates. Shared by
@@ -279,27 +324,36 @@ pub(crate) async fn write_snapshot(
         "{}/metadata/snap-{snapshot_id}-0-{commit_uuid}.avro",
         metadata.location()
     );
-    let mut list = ManifestListWriter::v2(
-        table.file_io().new_output(&list_path)?.writer().await?,
-        snapshot_id,
-        parent_id,
-        sequence_number,
-    );
+    let output = table.file_io().new_output(&list_path)?.writer().await?;
+    // v3 assigns row ids: the list writer gives each data manifest without a first row
+    // id the next ones (table spec, "Row Lineage").
+    let first_row_id =
+        (metadata.format_version() == FormatVersion::V3).then(|| metadata.next_row_id());
+    let mut list = match first_row_id {
+        Some(first) => {
+            ManifestListWriter::v3(output, snapshot_id, parent_id, sequence_number, Some(first))
+        }
+        None => ManifestListWriter::v2(output, snapshot_id, parent_id, sequence_number),
+    };
     list.add_manifests(manifests.iter().cloned())?;
+    let next_row_id = list.next_row_id();
     list.close().await?;
     written.remember_list(
         &list_path,
         as_listed(manifests, snapshot_id, sequence_number),
     );
-    let snapshot = Snapshot::builder()
+    let builder = Snapshot::builder()
         .with_manifest_list(list_path)
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(parent_id)
         .with_sequence_number(sequence_number)
         .with_summary(summary)
         .with_schema_id(metadata.current_schema_id())
-        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()))
-        .build();
+        .with_timestamp_ms(now_ms().max(metadata.last_updated_ms()));
+    let snapshot = match (first_row_id, next_row_id) {
+        (Some(first), Some(next)) => builder.with_row_range(first, next - first).build(),
+        _ => builder.build(),
+    };
     Ok((
         vec![
             TableRequirement::UuidMatch {

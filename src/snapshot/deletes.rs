@@ -183,7 +183,7 @@ impl DeleteIndex {
 /// The one data file a position delete file (or deletion vector) names: its
 /// `referenced_data_file`, or the `file_path` column's lower bound when it equals the
 /// upper bound (what Iceberg Java's `ContentFileUtil.referencedDataFile` reads).
-fn referenced_file(file: &DataFile) -> Option<String> {
+pub(crate) fn referenced_file(file: &DataFile) -> Option<String> {
     if let Some(path) = file.referenced_data_file() {
         return Some(path);
     }

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use iceberg::spec::{
-    DataFile, Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestMetadata,
-    ManifestStatus, ManifestWriter, ManifestWriterBuilder, UNASSIGNED_SEQUENCE_NUMBER,
+    DataFile, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
+    ManifestMetadata, ManifestStatus, ManifestWriter, ManifestWriterBuilder,
+    UNASSIGNED_SEQUENCE_NUMBER,
 };
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result};
@@ -335,13 +336,17 @@ pub(crate) fn manifest_writer(
     snapshot_id: i64,
 ) -> Result<ManifestWriter> {
     let metadata = table.metadata();
-    Ok(ManifestWriterBuilder::new(
+    let builder = ManifestWriterBuilder::new(
         table.file_io().new_output(path)?,
         Some(snapshot_id),
         metadata.current_schema().clone(),
         metadata.default_partition_spec().as_ref().clone(),
-    )
-    .build_v2_data())
+    );
+    // v3 manifests carry row lineage fields.
+    Ok(match metadata.format_version() {
+        FormatVersion::V3 => builder.build_v3_data(),
+        _ => builder.build_v2_data(),
+    })
 }
 
 /// The snapshot that added `entry` (of `manifest`) and its data sequence number, which a

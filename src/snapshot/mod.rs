@@ -17,6 +17,9 @@
 //! - [`replace`]: compaction's `replace` (small data files swapped for their rewrite);
 //! - [`rewrite_manifests`]: manifest merging's `replace` (the same files in fewer
 //!   manifests);
+//! - [`row_delta`]: rows deleted by a filter (position deletes, deletion vectors, whole
+//!   data files) and data files appended, in one snapshot — `DELETE` and a
+//!   transaction's scope replace;
 //! - [`expire`]: snapshot expiry;
 //! - [`schema_change`]: a schema change committed together with an append (schema
 //!   evolution on ingest);
@@ -31,4 +34,5 @@ pub mod fast_append;
 pub mod manifests;
 pub mod replace;
 pub mod rewrite_manifests;
+pub mod row_delta;
 pub mod schema_change;

@@ -19,5 +19,5 @@ mod value;
 
 pub use error::SqlError;
 pub use eval::{Output, evaluate, filter, output_schema, project};
-pub use parse::{Bound, Item, Name, Select, parse};
+pub use parse::{Bound, Delete, Item, Name, Select, Statement, parse, parse_statement};
 pub use predicate::{CmpOp, Field, Predicate};

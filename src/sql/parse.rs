@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 use iceberg::spec::{NestedFieldRef, PrimitiveType, Schema, Type};
 use sqlparser::ast::{
     self, BinaryOperator, Expr, GroupByExpr, LimitClause, ObjectNamePart, SelectItem, SetExpr,
-    Statement, TableFactor, UnaryOperator, Value,
+    Statement as AstStatement, TableFactor, UnaryOperator, Value,
 };
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::Parser;
@@ -165,7 +165,7 @@ fn unsupported(what: impl Into<String>) -> SqlError {
 }
 
 /// The kind of a statement that is not a query, for the message refusing it.
-fn statement_kind(statement: &Statement) -> String {
+fn statement_kind(statement: &AstStatement) -> String {
     let text = statement.to_string();
     let words: Vec<&str> = text.split_whitespace().take(2).collect();
     match words.first().map(|w| w.to_ascii_uppercase()) {
@@ -177,12 +177,94 @@ fn statement_kind(statement: &Statement) -> String {
     }
 }
 
+/// A statement of skade's SQL: a query or a `DELETE`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Statement {
+    /// `SELECT …`.
+    Select(Select),
+    /// `DELETE FROM …`.
+    Delete(Delete),
+}
+
+/// A parsed `DELETE FROM [<catalog>.]<namespace…>.<table> [AS <alias>] [WHERE <filter>]`
+/// (the filter as [`Select`]'s), names not yet resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delete {
+    /// The table and the filter, as a select of no columns.
+    select: Select,
+}
+
+impl Delete {
+    /// The table's name parts without a leading catalog name (as
+    /// [`Select::table_path`]).
+    pub fn table_path(&self, catalog: &str) -> Vec<String> {
+        self.select.table_path(catalog)
+    }
+
+    /// How many parameters the statement takes.
+    pub fn parameters(&self) -> usize {
+        self.select.parameters
+    }
+
+    /// The type each parameter is compared with, as [`Select::parameter_types`].
+    ///
+    /// # Errors
+    /// As [`Self::bind`].
+    pub fn parameter_types(
+        &self,
+        schema: &Schema,
+        table: &str,
+    ) -> Result<Vec<Option<PrimitiveType>>, SqlError> {
+        self.select.parameter_types(schema, table)
+    }
+
+    /// The rows to delete: the filter resolved against `schema` (of the table named
+    /// `table`) with the parameters of `params` (one row, a column per parameter);
+    /// `Predicate::True` without `WHERE` (every row).
+    ///
+    /// # Errors
+    /// As [`Select::bind`].
+    pub fn bind(
+        &self,
+        schema: &Schema,
+        table: &str,
+        params: Option<&RecordBatch>,
+    ) -> Result<Predicate, SqlError> {
+        Ok(self.select.bind(schema, table, params)?.predicate)
+    }
+
+    /// Checks names and literals against `schema` before parameters are bound (a
+    /// prepared `DELETE`).
+    ///
+    /// # Errors
+    /// As [`Select::prepare`].
+    pub fn prepare(&self, schema: &Schema, table: &str) -> Result<(), SqlError> {
+        self.select.prepare(schema, table).map(|_| ())
+    }
+}
+
 /// Parses `sql`: one `SELECT` in the subset.
 ///
 /// # Errors
 /// [`SqlError::Parse`] for text that is not SQL; [`SqlError::Unsupported`] naming the
 /// first construct outside the subset (`DELETE`, `ORDER BY`, `JOIN`, a function, …).
 pub fn parse(sql: &str) -> Result<Select, SqlError> {
+    match parse_statement(sql)? {
+        Statement::Select(select) => Ok(select),
+        Statement::Delete(_) => Err(unsupported(
+            "DELETE (run it as an update: cursor.execute, executeUpdate)",
+        )),
+    }
+}
+
+/// Parses `sql`: one `SELECT` or `DELETE` in the subset (module docs; a `DELETE` takes
+/// the same filters).
+///
+/// # Errors
+/// [`SqlError::Parse`] for text that is not SQL; [`SqlError::Unsupported`] naming the
+/// first construct outside the subset (`INSERT`, `UPDATE`, `ORDER BY`, `JOIN`, `USING`,
+/// `RETURNING`, a function, …).
+pub fn parse_statement(sql: &str) -> Result<Statement, SqlError> {
     let dialect = GenericDialect {};
     let statements = Parser::new(&dialect)
         .with_recursion_limit(RECURSION_LIMIT)
@@ -196,17 +278,65 @@ pub fn parse(sql: &str) -> Result<Select, SqlError> {
         [] => return Err(unsupported("an empty statement")),
         _ => return Err(unsupported("several statements in one request")),
     };
-    let Statement::Query(query) = statement else {
-        return Err(unsupported(format!(
-            "{} (skade's SQL only reads: SELECT)",
-            statement_kind(statement)
-        )));
-    };
     let mut params = Placeholders::default();
-    let select = query_select(query, &mut params)?;
-    Ok(Select {
+    let select = match statement {
+        AstStatement::Query(query) => query_select(query, &mut params)?,
+        AstStatement::Delete(delete) => {
+            let select = delete_select(delete, &mut params)?;
+            return Ok(Statement::Delete(Delete {
+                select: Select {
+                    parameters: params.count,
+                    ..select
+                },
+            }));
+        }
+        other => {
+            return Err(unsupported(format!(
+                "{} (skade's SQL reads with SELECT and changes rows with DELETE)",
+                statement_kind(other)
+            )));
+        }
+    };
+    Ok(Statement::Select(Select {
         parameters: params.count,
         ..select
+    }))
+}
+
+/// A `DELETE`'s table and filter, as a select of no columns.
+fn delete_select(delete: &ast::Delete, params: &mut Placeholders) -> Result<Select, SqlError> {
+    let refuse = |present: bool, what: &str| {
+        if present {
+            Err(unsupported(format!("{what} in DELETE")))
+        } else {
+            Ok(())
+        }
+    };
+    refuse(!delete.tables.is_empty(), "a multi-table DELETE")?;
+    refuse(delete.using.is_some(), "USING")?;
+    refuse(delete.returning.is_some(), "RETURNING")?;
+    refuse(delete.output.is_some(), "OUTPUT")?;
+    refuse(!delete.order_by.is_empty(), "ORDER BY")?;
+    refuse(delete.limit.is_some(), "LIMIT")?;
+    refuse(delete.settings.is_some(), "SETTINGS")?;
+    refuse(delete.on_cluster.is_some(), "ON CLUSTER")?;
+    refuse(!delete.optimizer_hints.is_empty(), "optimizer hints")?;
+    let from = match &delete.from {
+        ast::FromTable::WithFromKeyword(from) | ast::FromTable::WithoutKeyword(from) => from,
+    };
+    let (table, alias) = from_table(from)?;
+    let filter = delete
+        .selection
+        .as_ref()
+        .map(|e| cond(e, params))
+        .transpose()?;
+    Ok(Select {
+        table,
+        alias,
+        items: Vec::new(),
+        filter,
+        limit: None,
+        parameters: 0,
     })
 }
 

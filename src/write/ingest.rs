@@ -235,6 +235,7 @@ pub async fn commit_files_with(
     let part = AppendPart {
         files: data_files,
         change: None,
+        deletes: Vec::new(),
     };
     commit_append(catalog, table, part, mark).await
 }

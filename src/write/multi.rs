@@ -21,6 +21,7 @@ use crate::catalog::WriterRange;
 use crate::catalog::{CommitTarget, RedbCatalog};
 use crate::snapshot::append::{Append, AppendPart};
 use crate::snapshot::schema_change::SchemaChange;
+use crate::sql::Predicate;
 
 /// Conforms every batch of `groups` to `table`'s schema, encodes each group into one
 /// Parquet file on all cores and writes the files under the table's `data/` — exactly
@@ -78,6 +79,10 @@ pub struct StagedTable {
     /// A schema the files were written with, made the table's current schema in the
     /// same commit (schema evolution on ingest, [`super::evolve`]); `None` keeps it.
     pub schema_change: Option<SchemaChange>,
+    /// Filters whose rows the same commit deletes from the table (a transaction's
+    /// `DELETE`s): with them the table's change is one row delta
+    /// ([`crate::snapshot::row_delta`]) of these deletes and the files.
+    pub deletes: Vec<Predicate>,
 }
 
 /// The commit half of [`ingest_multi`], and what Lane 2's COMMIT runs: commits every
@@ -113,7 +118,9 @@ pub async fn ingest_multi_commit(
 ) -> Result<(Vec<Table>, IngestStats), WriteError> {
     reject_repeats(staged.iter().map(|s| &s.table))?;
     let live: Vec<usize> = (0..staged.len())
-        .filter(|&i| staged[i].create || !staged[i].data_files.is_empty())
+        .filter(|&i| {
+            staged[i].create || !staged[i].data_files.is_empty() || !staged[i].deletes.is_empty()
+        })
         .collect();
     let mut out: Vec<Table> = staged.iter().map(|s| s.table.clone()).collect();
     if live.is_empty() {
@@ -135,6 +142,7 @@ pub async fn ingest_multi_commit(
         .map(|part| AppendPart {
             files: part.data_files.clone(),
             change: part.schema_change.clone(),
+            deletes: part.deletes.clone(),
         })
         .collect();
     let mut append = Append::new(catalog, append_parts, HashMap::new()).with_mark(mark);
@@ -187,6 +195,7 @@ pub async fn ingest_multi(
             create: false,
             data_files,
             schema_change: None,
+            deletes: Vec::new(),
         });
     }
     ingest_multi_commit(catalog, staged, None).await

@@ -346,6 +346,7 @@ async fn commit_in_turn(
             let part = AppendPart {
                 files,
                 change: evolve.take(),
+                deletes: Vec::new(),
             };
             table = commit_append(catalog, &table, part, mark).await?;
             stats.add(&committed);

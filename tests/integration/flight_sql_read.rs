@@ -207,8 +207,9 @@ async fn prepared_statements_bind_parameters() {
     server.stop().await;
 }
 
-/// Catches DML run (or silently ignored) on the query and update paths, statements
-/// outside the subset accepted, and unknown tables or columns not named.
+/// Catches statements outside the subset (UPDATE, INSERT, RETURNING, ORDER BY, …)
+/// run or silently ignored on the query and update paths, unknown tables or columns not
+/// named, and a DELETE run as an update not deleting or misreporting its count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_outside_the_subset_are_refused_by_name() {
     let server = TestServer::start().await;
@@ -220,9 +221,14 @@ async fn statements_outside_the_subset_are_refused_by_name() {
         let mut client = sql_client(&server).await;
         for (sql, code, named) in [
             (
-                "DELETE FROM r.t WHERE id = 1",
+                "UPDATE r.t SET id = 2 WHERE id = 1",
                 Code::InvalidArgument,
-                "DELETE",
+                "UPDATE",
+            ),
+            (
+                "DELETE FROM r.t WHERE id = 1 RETURNING id",
+                Code::InvalidArgument,
+                "RETURNING",
             ),
             (
                 "INSERT INTO r.t VALUES (1)",
@@ -253,16 +259,26 @@ async fn statements_outside_the_subset_are_refused_by_name() {
         }
         let (code, message) = status_of(
             client
-                .execute_update("DELETE FROM r.t WHERE id = 1".into(), None)
+                .execute_update("UPDATE r.t SET id = 2".into(), None)
                 .await
                 .expect_err("update"),
         );
         assert_eq!(code, Code::InvalidArgument, "{message}");
-        assert!(message.contains("DELETE"), "{message}");
+        assert!(message.contains("UPDATE"), "{message}");
         let still = query(&mut client, "SELECT id FROM r.t")
             .await
             .expect("rows");
-        assert_eq!(still.num_rows(), 10, "nothing was deleted");
+        assert_eq!(still.num_rows(), 10, "nothing was changed");
+        // A DELETE runs as an update and reports the rows it deleted.
+        let deleted = client
+            .execute_update("DELETE FROM r.t WHERE id = 1".into(), None)
+            .await
+            .expect("delete");
+        assert_eq!(deleted, 1);
+        let left = query(&mut client, "SELECT id FROM r.t")
+            .await
+            .expect("rows");
+        assert_eq!(left.num_rows(), 9, "one row deleted");
     })
     .await;
     server.stop().await;

@@ -353,6 +353,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
             table,
             create: true,
             data_files,
+            deletes: Vec::new(),
         }
     };
 
