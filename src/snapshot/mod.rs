@@ -24,13 +24,15 @@
 //! - [`schema_change`]: a schema change committed together with an append (schema
 //!   evolution on ingest);
 //!
-//! and what they share: [`manifests`] (writing manifests, Java's merge rules) and
+//! and what they share: [`manifests`] (writing manifests, Java's merge rules), `files`
+//! (the added-files manifest and the manifest list every producer writes last) and
 //! [`deletes`] (which data files a live delete file may apply to).
 
 pub mod append;
 pub(crate) mod deletes;
 pub mod expire;
 pub mod fast_append;
+mod files;
 pub mod manifests;
 pub mod replace;
 pub mod rewrite_manifests;

@@ -18,8 +18,8 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use super::append::write_added;
 use super::deletes::DeleteIndex;
+use super::files::write_added;
 use super::manifests::{as_read, entry_as_read, entry_ids, manifest_writer, unique_snapshot_id};
 use super::rewrite_manifests::{carried_totals, replace_snapshot};
 use crate::catalog::manifest_cache::ManifestCache;

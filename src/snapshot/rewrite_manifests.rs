@@ -13,7 +13,7 @@ use iceberg::spec::{FormatVersion, ManifestFile, Operation, Snapshot, Summary};
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use super::append::write_snapshot;
+use super::files::write_snapshot;
 use super::manifests::{merge_manifests, unique_snapshot_id};
 use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{Stage, Staged, TableChange};

@@ -35,8 +35,8 @@ use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use roaring::RoaringTreemap;
 
-use super::append::{write_added, write_snapshot};
 use super::deletes::referenced_file;
+use super::files::{write_added, write_snapshot};
 use super::manifests::{entry_ids, unique_snapshot_id};
 use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{RedbCatalog, Stage, Staged, TableChange};
