@@ -176,6 +176,7 @@ async fn release_latency() {
                 create: false,
                 data_files: tiny_files(table, round).await,
                 deletes: Vec::new(),
+                replace: false,
             });
         }
         let started = Instant::now();

@@ -194,6 +194,7 @@ fn stage_in(
             data_files: Vec::new(),
             schema_change: None,
             deletes: filters,
+            replace: false,
         },
         names: FileNames::new(),
         store: FileStore::of(svc.catalog.warehouse()),

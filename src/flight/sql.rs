@@ -378,6 +378,9 @@ fn unpack<M: ProstMessageExt>(body: &[u8]) -> Result<M, Error> {
 struct Definition {
     create_missing: bool,
     fail_if_exists: bool,
+    /// `if_exists = REPLACE`: an existing table's schema and rows are replaced by the
+    /// stream's ([`crate::snapshot::replace_table`]).
+    replace: bool,
 }
 
 /// The table `cmd` names: `schema` is the namespace (dotted for nested ones, `default`
@@ -413,6 +416,7 @@ fn ingest_target(
         None => Definition {
             create_missing: true,
             fail_if_exists: false,
+            replace: false,
         },
         Some(options) => {
             let create_missing = match TableNotExistOption::try_from(options.if_not_exist) {
@@ -428,16 +432,10 @@ fn ingest_target(
                     });
                 }
             };
-            let fail_if_exists = match TableExistsOption::try_from(options.if_exists) {
-                Ok(TableExistsOption::Append) => false,
-                Ok(TableExistsOption::Fail) => true,
-                Ok(TableExistsOption::Replace) => {
-                    return Err(Error::Unsupported {
-                        what: "if_exists = REPLACE (ADBC mode \"replace\"): skade only \
-                               appends; use mode \"create\", \"append\" or \"create_append\""
-                            .to_string(),
-                    });
-                }
+            let (fail_if_exists, replace) = match TableExistsOption::try_from(options.if_exists) {
+                Ok(TableExistsOption::Append) => (false, false),
+                Ok(TableExistsOption::Fail) => (true, false),
+                Ok(TableExistsOption::Replace) => (false, true),
                 _ => {
                     return Err(Error::BadRequest {
                         reason: format!(
@@ -451,6 +449,7 @@ fn ingest_target(
             Definition {
                 create_missing,
                 fail_if_exists,
+                replace,
             }
         }
     };
@@ -631,6 +630,18 @@ async fn resolve(
         if definition.fail_if_exists {
             return Err(exists(" (written earlier in this transaction)"));
         }
+        if definition.replace && !staged.replace {
+            return Err(Error::catalog(
+                ident,
+                iceberg::Error::new(
+                    ErrorKind::PreconditionFailed,
+                    format!(
+                        "this transaction wrote to table {ident} before replacing it: replace \
+                         it first (mode \"replace\"), then append"
+                    ),
+                ),
+            ));
+        }
         // A later ingest may evolve the schema further, from where the earlier left it.
         let current = match &staged.schema_change {
             Some(change) => change.schema.clone(),
@@ -652,6 +663,9 @@ async fn resolve(
             // Refused before any file is written: the commit would be too.
             crate::catalog::check_file_paths(&ident.to_string(), table.metadata().properties())
                 .map_err(|e| Error::catalog(ident, e))?;
+            if definition.replace {
+                return stage_replace(svc, state, table, schema);
+            }
             (table, false)
         }
         Err(e) if e.kind() == ErrorKind::TableNotFound => {
@@ -695,6 +709,45 @@ async fn resolve(
             data_files: Vec::new(),
             schema_change,
             deletes: Vec::new(),
+            replace: false,
+        },
+        names: FileNames::new(),
+        store: FileStore::of(svc.catalog.warehouse()),
+    });
+    Ok(())
+}
+
+/// Stages the replace of `table` by a stream with Arrow schema `arrow`: its new schema
+/// (fresh field ids above the table's `last-column-id`) is what the stream's files are
+/// written with.
+///
+/// # Errors
+/// [`crate::write::WriteError::Schema`] naming a column without an Iceberg type.
+fn stage_replace(
+    svc: &Service,
+    state: &mut TxnState,
+    table: iceberg::table::Table,
+    arrow: &arrow_schema::SchemaRef,
+) -> Result<(), Error> {
+    let name = table.identifier().to_string();
+    let metadata = table.metadata();
+    let schema = crate::snapshot::replace_table::with_fresh_ids(
+        &write::iceberg_schema_for(&name, arrow)?,
+        metadata.last_column_id(),
+    )
+    .map_err(|e| Error::catalog(table.identifier(), e))?;
+    let change = crate::snapshot::schema_change::SchemaChange {
+        base_schema_id: metadata.current_schema_id(),
+        schema: Arc::new(schema),
+    };
+    state.tables.push(TxnTable {
+        part: StagedTable {
+            table,
+            create: false,
+            data_files: Vec::new(),
+            schema_change: Some(change),
+            deletes: Vec::new(),
+            replace: true,
         },
         names: FileNames::new(),
         store: FileStore::of(svc.catalog.warehouse()),

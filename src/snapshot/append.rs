@@ -61,6 +61,9 @@ pub struct AppendPart {
     /// Filters whose rows are deleted in the same snapshot ([`super::row_delta`]): a
     /// transaction's `DELETE`s of the table.
     pub deletes: Vec<Predicate>,
+    /// Whether the files replace the table's rows and schema (`change` holds the new
+    /// schema): [`super::replace_table`].
+    pub replace: bool,
 }
 
 /// The merge append of one or several tables in one commit (module docs). A part without
@@ -149,6 +152,9 @@ async fn stage_part(
     properties: HashMap<String, String>,
     mark: Option<WriterRange>,
 ) -> Result<TableChange> {
+    if part.replace {
+        return stage_replace_part(catalog, part, base, properties, mark).await;
+    }
     if !part.deletes.is_empty() {
         return stage_row_delta_part(catalog, part, base, properties, mark).await;
     }
@@ -168,6 +174,49 @@ async fn stage_part(
             }
             None => stage_append(&written, &base, files, properties).await,
         }
+    })
+    .await?;
+    Ok(TableChange::new(requirements, updates).with_mark(mark))
+}
+
+/// A replacing part: the table's schema and rows replaced by the part's (on the
+/// blocking pool, as every stage that writes files).
+///
+/// # Errors
+/// `Unexpected` for a replacing part without its schema; as
+/// [`super::replace_table::stage_replace`].
+async fn stage_replace_part(
+    catalog: &RedbCatalog,
+    part: &AppendPart,
+    base: Table,
+    properties: HashMap<String, String>,
+    mark: Option<WriterRange>,
+) -> Result<TableChange> {
+    let Some(change) = part.change.clone() else {
+        return Err(iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("the replace of {} carries no schema", base.identifier()),
+        ));
+    };
+    let handle = super::replace_table::replaced_handle(
+        catalog,
+        &base,
+        &change.schema,
+        change.base_schema_id,
+    )?;
+    let written = catalog.written_manifests().clone();
+    let files = part.files.clone();
+    let (requirements, updates) = run_blocking_io(async move {
+        super::replace_table::stage_replace(
+            &written,
+            &base,
+            &handle,
+            &change.schema,
+            change.base_schema_id,
+            files,
+            properties,
+        )
+        .await
     })
     .await?;
     Ok(TableChange::new(requirements, updates).with_mark(mark))

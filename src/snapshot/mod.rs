@@ -20,6 +20,8 @@
 //! - [`row_delta`]: rows deleted by a filter (position deletes, deletion vectors, whole
 //!   data files) and data files appended, in one snapshot — `DELETE` and a
 //!   transaction's scope replace;
+//! - [`replace_table`]: a table's schema and rows replaced in one commit (ADBC's
+//!   `mode="replace"`);
 //! - [`expire`]: snapshot expiry;
 //! - [`schema_change`]: a schema change committed together with an append (schema
 //!   evolution on ingest);
@@ -35,6 +37,7 @@ pub mod fast_append;
 mod files;
 pub mod manifests;
 pub mod replace;
+pub mod replace_table;
 pub mod rewrite_manifests;
 pub mod row_delta;
 pub mod schema_change;

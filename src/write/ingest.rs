@@ -236,6 +236,7 @@ pub async fn commit_files_with(
         files: data_files,
         change: None,
         deletes: Vec::new(),
+        replace: false,
     };
     commit_append(catalog, table, part, mark).await
 }

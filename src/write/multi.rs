@@ -83,6 +83,9 @@ pub struct StagedTable {
     /// `DELETE`s): with them the table's change is one row delta
     /// ([`crate::snapshot::row_delta`]) of these deletes and the files.
     pub deletes: Vec<Predicate>,
+    /// Whether the commit replaces the table's schema and rows with `schema_change`'s
+    /// schema and the files (ADBC's `mode="replace"`, [`crate::snapshot::replace_table`]).
+    pub replace: bool,
 }
 
 /// The commit half of [`ingest_multi`], and what Lane 2's COMMIT runs: commits every
@@ -143,6 +146,7 @@ pub async fn ingest_multi_commit(
             files: part.data_files.clone(),
             change: part.schema_change.clone(),
             deletes: part.deletes.clone(),
+            replace: part.replace,
         })
         .collect();
     let mut append = Append::new(catalog, append_parts, HashMap::new()).with_mark(mark);
@@ -196,6 +200,7 @@ pub async fn ingest_multi(
             data_files,
             schema_change: None,
             deletes: Vec::new(),
+            replace: false,
         });
     }
     ingest_multi_commit(catalog, staged, None).await

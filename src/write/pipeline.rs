@@ -347,6 +347,7 @@ async fn commit_in_turn(
                 files,
                 change: evolve.take(),
                 deletes: Vec::new(),
+                replace: false,
             };
             table = commit_append(catalog, &table, part, mark).await?;
             stats.add(&committed);

@@ -354,6 +354,7 @@ async fn tables_created_by_a_flush_appear_with_it_or_not_at_all() {
             create: true,
             data_files,
             deletes: Vec::new(),
+            replace: false,
         }
     };
 

@@ -34,6 +34,7 @@ mod pg_cluster;
 mod rest;
 mod rest_ddl;
 mod rest_validation;
+mod row_changes;
 mod schema_evolution;
 mod security;
 mod service;

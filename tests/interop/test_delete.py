@@ -17,6 +17,8 @@ implementations, against a real ``skade serve``.
   rows in each) is ONE catalog commit, invisible before COMMIT; ROLLBACK changes nothing.
 * Bad statements (unknown column, unknown table, a value of the wrong type, syntax
   outside the subset) are refused naming what is wrong, and nothing changes.
+* ADBC's ``mode="replace"`` replaces a table's schema and rows in one commit with the
+  transaction's other tables: same uuid, older snapshots still readable.
 
 Run from the repository root (after ``cargo build``)::
 
@@ -322,3 +324,52 @@ def test_bad_delete_is_refused_by_name_and_changes_nothing(server, rest, sql, wo
     assert words in str(refused.value), str(refused.value)
     assert rest.load_table(f"del.{name}").current_snapshot().snapshot_id == snapshot
     assert ids(do_get(server, name)) == list(range(10))
+
+
+def test_replace_keeps_the_table_and_its_history(server, rest):
+    """Catches ADBC's mode="replace" refused, dropping the table (a new uuid, lost
+    history), leaving old rows or the old schema current, or committing apart from the
+    transaction's other tables."""
+    name, other = f"rep{next(_names)}", f"rep{next(_names)}"
+    put(server, name, id_rows(100, "a"), files=2)
+    put(server, other, id_rows(10, "x"), files=1)
+    before = rest.load_table(f"del.{name}")
+    old_snapshot = before.current_snapshot().snapshot_id
+    new_rows = pa.table({
+        "id": pa.array(range(500, 530), pa.int64()),
+        "name": pa.array([f"n{i}" for i in range(30)], pa.string()),
+        "score": pa.array([i * 0.5 for i in range(30)], pa.float64()),
+    })
+    commits_before = commits(server)
+    conn = connect(server, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.adbc_ingest(name, new_rows, mode="replace", db_schema_name="del")
+            cur.adbc_ingest(other, id_rows(5, "y", 10), mode="append", db_schema_name="del")
+            assert ids(do_get(server, name)) == list(range(100)), "visible before COMMIT"
+        conn.commit()
+    finally:
+        conn.close()
+    assert commits(server) - commits_before == 1, "the replace and the append are one commit"
+    after = rest.load_table(f"del.{name}")
+    assert after.metadata.table_uuid == before.metadata.table_uuid
+    assert [f.name for f in after.schema().fields] == ["id", "name", "score"]
+    got = do_get(server, name)
+    assert got.column_names == ["id", "name", "score"]
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == new_rows.to_pylist()
+    assert ids(after.scan().to_arrow()) == list(range(500, 530)), "pyiceberg"
+    assert ids(duckdb_rows(server, name)) == list(range(500, 530)), "DuckDB"
+    # History kept: the replaced snapshot still reads its rows.
+    assert after.snapshot_by_id(old_snapshot) is not None
+    assert ids(after.scan(snapshot_id=old_snapshot).to_arrow()) == list(range(100))
+    assert ids(do_get(server, other)) == list(range(15))
+    # A replace of a table that does not exist creates it.
+    missing = f"rep{next(_names)}"
+    conn = connect(server)
+    try:
+        with conn.cursor() as cur:
+            cur.adbc_ingest(missing, new_rows, mode="replace", db_schema_name="del")
+        conn.commit()
+    finally:
+        conn.close()
+    assert ids(do_get(server, missing)) == list(range(500, 530))
