@@ -340,7 +340,7 @@ pub(crate) async fn stage_row_delta(
     if plan.deleted == 0 && added.is_empty() {
         return Ok(None);
     }
-    let delete_files = write_delete_files(table, &plan.rows, &plan.specs).await?;
+    let delete_files = write_delete_files(table, &plan.rows).await?;
     let metadata = table.metadata();
     let snapshot_id = unique_snapshot_id(table);
     let commit_uuid = uuid::Uuid::now_v7();

@@ -335,7 +335,10 @@ public final class SkadeIcebergCheck {
       if (metadata.formatVersion() >= 3 && manifest.content() == ManifestContent.DATA) {
         require(manifest.firstRowId() != null, list, what + ": a v3 data manifest without first_row_id");
       }
+      // Row ids go to the rows of data manifests only (spec "Row Lineage"; Java's
+      // ManifestListWriter.V3Writer): a delete manifest's added rows are deletes.
       if (Long.valueOf(snapshot.snapshotId()).equals(manifest.snapshotId())
+          && manifest.content() == ManifestContent.DATA
           && manifest.addedRowsCount() != null) {
         addedByManifests += manifest.addedRowsCount();
       }
