@@ -617,48 +617,13 @@ async fn resolve(
     definition: Definition,
     schema: &arrow_schema::SchemaRef,
 ) -> Result<(), Error> {
-    let exists = |why: &str| {
-        Error::catalog(
-            ident,
-            iceberg::Error::new(
-                ErrorKind::TableAlreadyExists,
-                format!("table {ident} already exists{why} and if_exists is FAIL"),
-            ),
-        )
-    };
     if let Some(TxnTable { part: staged, .. }) = state.table_mut(ident) {
-        if definition.fail_if_exists {
-            return Err(exists(" (written earlier in this transaction)"));
-        }
-        if definition.replace && !staged.replace {
-            return Err(Error::catalog(
-                ident,
-                iceberg::Error::new(
-                    ErrorKind::PreconditionFailed,
-                    format!(
-                        "this transaction wrote to table {ident} before replacing it: replace \
-                         it first (mode \"replace\"), then append"
-                    ),
-                ),
-            ));
-        }
-        // A later ingest may evolve the schema further, from where the earlier left it.
-        let current = match &staged.schema_change {
-            Some(change) => change.schema.clone(),
-            None => staged.table.metadata().current_schema().clone(),
-        };
-        if let Some(change) = write::evolve::plan(&staged.table, &current, schema)? {
-            staged.schema_change = Some(crate::snapshot::schema_change::SchemaChange {
-                base_schema_id: staged.table.metadata().current_schema_id(),
-                schema: change.schema,
-            });
-        }
-        return Ok(());
+        return resolve_staged(staged, ident, definition, schema);
     }
     let (table, create) = match svc.catalog.load_table(ident).await {
         Ok(table) => {
             if definition.fail_if_exists {
-                return Err(exists(""));
+                return Err(already_exists(ident, ""));
             }
             // Refused before any file is written: the commit would be too.
             crate::catalog::check_file_paths(&ident.to_string(), table.metadata().properties())
@@ -669,31 +634,7 @@ async fn resolve(
             (table, false)
         }
         Err(e) if e.kind() == ErrorKind::TableNotFound => {
-            if !definition.create_missing {
-                return Err(Error::catalog(
-                    ident,
-                    iceberg::Error::new(
-                        ErrorKind::TableNotFound,
-                        format!("table {ident} does not exist and if_not_exist is FAIL"),
-                    ),
-                ));
-            }
-            // Mode "create" asks for the table by name; "create_append" (and no options)
-            // creates on a put, which `--auto-create-tables` governs.
-            if !definition.fail_if_exists {
-                svc.may_create_on_put(ident).await?;
-            }
-            let name = ident.to_string();
-            let creation = iceberg::TableCreation::builder()
-                .name(ident.name().to_string())
-                .schema(write::iceberg_schema_for(&name, schema)?)
-                .build();
-            let planned = svc
-                .catalog
-                .plan_table(ident, creation)
-                .await
-                .map_err(|e| Error::catalog(ident, e))?;
-            (planned, true)
+            (plan_missing(svc, ident, definition, schema).await?, true)
         }
         Err(e) => return Err(Error::catalog(ident, e)),
     };
@@ -715,6 +656,97 @@ async fn resolve(
         store: FileStore::of(svc.catalog.warehouse()),
     });
     Ok(())
+}
+
+/// `AlreadyExists` for `ident` under `if_exists = FAIL` (`why` says where it exists).
+fn already_exists(ident: &TableIdent, why: &str) -> Error {
+    Error::catalog(
+        ident,
+        iceberg::Error::new(
+            ErrorKind::TableAlreadyExists,
+            format!("table {ident} already exists{why} and if_exists is FAIL"),
+        ),
+    )
+}
+
+/// An ingest into a table this transaction staged before: refused under `FAIL`, or a
+/// replace after other writes; else the schema evolved further from where the earlier
+/// ingest left it (when the table opted in).
+///
+/// # Errors
+/// As described; [`write::evolve::plan`]'s errors.
+fn resolve_staged(
+    staged: &mut StagedTable,
+    ident: &TableIdent,
+    definition: Definition,
+    schema: &arrow_schema::SchemaRef,
+) -> Result<(), Error> {
+    if definition.fail_if_exists {
+        return Err(already_exists(
+            ident,
+            " (written earlier in this transaction)",
+        ));
+    }
+    if definition.replace && !staged.replace {
+        return Err(Error::catalog(
+            ident,
+            iceberg::Error::new(
+                ErrorKind::PreconditionFailed,
+                format!(
+                    "this transaction wrote to table {ident} before replacing it: replace \
+                     it first (mode \"replace\"), then append"
+                ),
+            ),
+        ));
+    }
+    let current = match &staged.schema_change {
+        Some(change) => change.schema.clone(),
+        None => staged.table.metadata().current_schema().clone(),
+    };
+    if let Some(change) = write::evolve::plan(&staged.table, &current, schema)? {
+        staged.schema_change = Some(crate::snapshot::schema_change::SchemaChange {
+            base_schema_id: staged.table.metadata().current_schema_id(),
+            schema: change.schema,
+        });
+    }
+    Ok(())
+}
+
+/// The table a commit creates for an ingest into missing `ident` (Arrow schema
+/// `schema`), when the definition and `--auto-create-tables` allow it.
+///
+/// # Errors
+/// `NotFound` under `if_not_exist = FAIL`; [`Service::may_create_on_put`]'s refusal; a
+/// schema without an Iceberg form; the catalog's errors.
+async fn plan_missing(
+    svc: &Service,
+    ident: &TableIdent,
+    definition: Definition,
+    schema: &arrow_schema::SchemaRef,
+) -> Result<iceberg::table::Table, Error> {
+    if !definition.create_missing {
+        return Err(Error::catalog(
+            ident,
+            iceberg::Error::new(
+                ErrorKind::TableNotFound,
+                format!("table {ident} does not exist and if_not_exist is FAIL"),
+            ),
+        ));
+    }
+    // Mode "create" asks for the table by name; "create_append" (and no options) creates
+    // on a put, which `--auto-create-tables` governs.
+    if !definition.fail_if_exists {
+        svc.may_create_on_put(ident).await?;
+    }
+    let name = ident.to_string();
+    let creation = iceberg::TableCreation::builder()
+        .name(ident.name().to_string())
+        .schema(write::iceberg_schema_for(&name, schema)?)
+        .build();
+    svc.catalog
+        .plan_table(ident, creation)
+        .await
+        .map_err(|e| Error::catalog(ident, e))
 }
 
 /// Stages the replace of `table` by a stream with Arrow schema `arrow`: its new schema

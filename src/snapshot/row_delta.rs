@@ -341,40 +341,97 @@ pub(crate) async fn stage_row_delta(
         return Ok(None);
     }
     let delete_files = write_delete_files(table, &plan.rows).await?;
-    let metadata = table.metadata();
-    let snapshot_id = unique_snapshot_id(table);
-    let commit_uuid = uuid::Uuid::now_v7();
-    let sequence_number = metadata.next_sequence_number();
-    let location = metadata.location();
-    let mut written = 0usize;
-    let mut next_path = || {
-        let path = format!("{location}/metadata/{commit_uuid}-m{written}.avro");
-        written += 1;
-        path
+    let snapshot = NewSnapshot {
+        id: unique_snapshot_id(table),
+        commit_uuid: uuid::Uuid::now_v7(),
+        sequence_number: table.metadata().next_sequence_number(),
+        written: 0,
     };
+    let (snapshot, out) = write_manifests(
+        table,
+        manifests,
+        snapshot,
+        &added,
+        &delete_files,
+        &plan,
+        cache,
+    )
+    .await?;
+    let summary = summary(table, &added, &delete_files, &plan, properties);
+    let (requirements, updates) = write_snapshot(
+        table,
+        cache.written(),
+        snapshot.id,
+        snapshot.commit_uuid,
+        out,
+        summary,
+    )
+    .await?;
+    Ok(Some((requirements, updates, plan.deleted)))
+}
+
+/// The snapshot a row delta writes, and how many manifests it has written.
+struct NewSnapshot {
+    id: i64,
+    commit_uuid: uuid::Uuid,
+    sequence_number: i64,
+    written: usize,
+}
+
+impl NewSnapshot {
+    /// The path of its next manifest (`<commit_uuid>-m<n>.avro`, iceberg's names).
+    fn next_path(&mut self, table: &Table) -> String {
+        let path = format!(
+            "{}/metadata/{}-m{}.avro",
+            table.metadata().location(),
+            self.commit_uuid,
+            self.written
+        );
+        self.written += 1;
+        path
+    }
+}
+
+/// The manifests of a row delta's snapshot: the data manifest of `added` (Java puts the
+/// new manifest first), a delete manifest per spec of `delete_files`, then `manifests`
+/// (the current list) with `plan`'s removed data and delete files marked `DELETED`.
+///
+/// # Errors
+/// iceberg's error when a manifest cannot be read or written.
+async fn write_manifests(
+    table: &Table,
+    manifests: &[ManifestFile],
+    mut snapshot: NewSnapshot,
+    added: &[DataFile],
+    delete_files: &[DataFile],
+    plan: &DeletePlan,
+    cache: &mut ManifestCache,
+) -> Result<(NewSnapshot, Vec<ManifestFile>)> {
     let mut out: Vec<ManifestFile> = Vec::new();
     if !added.is_empty() {
+        let path = snapshot.next_path(table);
         out.push(
             write_added(
                 table,
                 cache.written(),
-                &next_path(),
-                snapshot_id,
-                sequence_number,
-                added.clone(),
+                &path,
+                snapshot.id,
+                snapshot.sequence_number,
+                added.to_vec(),
             )
             .await?,
         );
     }
-    for (spec_id, files) in by_spec(&delete_files, &plan.specs) {
+    for (spec_id, files) in by_spec(delete_files, &plan.specs) {
+        let path = snapshot.next_path(table);
         out.push(
             write_deletes(
                 table,
-                &next_path(),
-                snapshot_id,
+                &path,
+                snapshot.id,
                 spec_id,
                 files,
-                sequence_number,
+                snapshot.sequence_number,
             )
             .await?,
         );
@@ -386,29 +443,9 @@ pub(crate) async fn stage_row_delta(
         .chain(plan.removed_deletes.keys().map(String::as_str))
         .collect();
     for manifest in manifests {
-        out.push(
-            without(
-                table,
-                manifest,
-                &removed,
-                snapshot_id,
-                &mut next_path,
-                cache,
-            )
-            .await?,
-        );
+        out.push(without(table, manifest, &removed, &mut snapshot, cache).await?);
     }
-    let summary = summary(table, &added, &delete_files, &plan, properties);
-    let (requirements, updates) = write_snapshot(
-        table,
-        cache.written(),
-        snapshot_id,
-        commit_uuid,
-        out,
-        summary,
-    )
-    .await?;
-    Ok(Some((requirements, updates, plan.deleted)))
+    Ok((snapshot, out))
 }
 
 /// `files` grouped by the spec id of the data file each names (`specs`, by path).
@@ -493,7 +530,7 @@ fn writer_for(
 }
 
 /// `manifest` without the files named in `removed`: as it is when it holds none of
-/// them; else rewritten by snapshot `snapshot_id` with those entries `DELETED` and the
+/// them; else rewritten by `snapshot` with those entries `DELETED` and the
 /// others `EXISTING` (their snapshot ids and sequence numbers kept, table spec "Manifest
 /// Entry Fields"), entries deleted earlier dropped.
 ///
@@ -503,8 +540,7 @@ async fn without(
     table: &Table,
     manifest: &ManifestFile,
     removed: &HashSet<&str>,
-    snapshot_id: i64,
-    next_path: &mut impl FnMut() -> String,
+    snapshot: &mut NewSnapshot,
     cache: &mut ManifestCache,
 ) -> Result<ManifestFile> {
     let loaded = cache.manifest(table.file_io(), manifest).await?;
@@ -515,10 +551,11 @@ async fn without(
     if !hits {
         return Ok(manifest.clone());
     }
+    let path = snapshot.next_path(table);
     let mut writer = writer_for(
         table,
-        &next_path(),
-        snapshot_id,
+        &path,
+        snapshot.id,
         manifest.partition_spec_id,
         manifest.content,
     )?;

@@ -663,6 +663,10 @@ fn value_operand(
     })
 }
 
+/// A `WHERE` expression as a [`Cond`], parameters numbered by `params`.
+///
+/// # Errors
+/// [`SqlError::Unsupported`] naming the first construct outside the subset.
 fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
     match expr {
         Expr::Nested(inner) => cond(inner, params),
@@ -675,31 +679,7 @@ fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
                 Box::new(cond(left, params)?),
                 Box::new(cond(right, params)?),
             )),
-            _ => {
-                let Some(op) = cmp_op(op) else {
-                    return Err(unsupported(format!("the operator {op} (in {expr})")));
-                };
-                // Either side may be the column; the value is read in textual order so
-                // `?` parameters number left to right.
-                match (column_name(left), column_name(right)) {
-                    (Some(_), Some(_)) => {
-                        Err(unsupported(format!("comparing two columns ({expr})")))
-                    }
-                    (Some(column), None) => Ok(Cond::Cmp {
-                        column,
-                        op,
-                        value: value_operand(right, expr, params)?,
-                    }),
-                    (None, Some(column)) => Ok(Cond::Cmp {
-                        column,
-                        op: op.flipped(),
-                        value: value_operand(left, expr, params)?,
-                    }),
-                    (None, None) => Err(unsupported(format!(
-                        "{expr} (a filter compares a column with values)"
-                    ))),
-                }
-            }
+            _ => comparison(expr, left, op, right, params),
         },
         Expr::UnaryOp {
             op: UnaryOperator::Not,
@@ -718,24 +698,7 @@ fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
             target,
             negated,
             global: false,
-        } => {
-            let column = filter_column(inner, expr)?;
-            let ast::InTarget::List(list) = target else {
-                return Err(unsupported(format!("IN with a subquery or table ({expr})")));
-            };
-            if list.is_empty() {
-                return Err(unsupported(format!("an empty IN list ({expr})")));
-            }
-            let values = list
-                .iter()
-                .map(|v| value_operand(v, expr, params))
-                .collect::<Result<_, _>>()?;
-            Ok(Cond::In {
-                column,
-                values,
-                negated: *negated,
-            })
-        }
+        } => in_list(expr, inner, target, *negated, params),
         Expr::Between {
             expr: inner,
             negated,
@@ -769,6 +732,69 @@ fn cond(expr: &Expr, params: &mut Placeholders) -> Result<Cond, SqlError> {
         }),
         other => Err(unsupported(format!("the filter {other}"))),
     }
+}
+
+/// `left <op> right` (the whole `expr`) as a comparison of a column with a value; either
+/// side may be the column. The value is read in textual order so `?` parameters number
+/// left to right.
+///
+/// # Errors
+/// [`SqlError::Unsupported`] for another operator, two columns or two values.
+fn comparison(
+    expr: &Expr,
+    left: &Expr,
+    op: &BinaryOperator,
+    right: &Expr,
+    params: &mut Placeholders,
+) -> Result<Cond, SqlError> {
+    let Some(op) = cmp_op(op) else {
+        return Err(unsupported(format!("the operator {op} (in {expr})")));
+    };
+    match (column_name(left), column_name(right)) {
+        (Some(_), Some(_)) => Err(unsupported(format!("comparing two columns ({expr})"))),
+        (Some(column), None) => Ok(Cond::Cmp {
+            column,
+            op,
+            value: value_operand(right, expr, params)?,
+        }),
+        (None, Some(column)) => Ok(Cond::Cmp {
+            column,
+            op: op.flipped(),
+            value: value_operand(left, expr, params)?,
+        }),
+        (None, None) => Err(unsupported(format!(
+            "{expr} (a filter compares a column with values)"
+        ))),
+    }
+}
+
+/// `inner [NOT] IN (<values>)` (the whole `expr`).
+///
+/// # Errors
+/// [`SqlError::Unsupported`] for a subquery, a table or an empty list.
+fn in_list(
+    expr: &Expr,
+    inner: &Expr,
+    target: &ast::InTarget,
+    negated: bool,
+    params: &mut Placeholders,
+) -> Result<Cond, SqlError> {
+    let column = filter_column(inner, expr)?;
+    let ast::InTarget::List(list) = target else {
+        return Err(unsupported(format!("IN with a subquery or table ({expr})")));
+    };
+    if list.is_empty() {
+        return Err(unsupported(format!("an empty IN list ({expr})")));
+    }
+    let values = list
+        .iter()
+        .map(|v| value_operand(v, expr, params))
+        .collect::<Result<_, _>>()?;
+    Ok(Cond::In {
+        column,
+        values,
+        negated,
+    })
 }
 
 /// Resolves names against one table's schema.
@@ -1102,6 +1128,10 @@ fn value_of(
     }
 }
 
+/// `cond` resolved against `resolver`'s schema with `mode`'s parameters.
+///
+/// # Errors
+/// As [`Select::bind`].
 fn bind_cond(
     cond: &Cond,
     resolver: &Resolver<'_>,
@@ -1163,46 +1193,58 @@ fn bind_cond(
             let field = resolver.field(column)?;
             let low = value_of(low, &field, params)?;
             let high = value_of(high, &field, params)?;
-            negate(
-                Predicate::And(
-                    Box::new(Predicate::Compare {
-                        field: field.clone(),
-                        op: CmpOp::GtEq,
-                        value: low,
-                    }),
-                    Box::new(Predicate::Compare {
-                        field,
-                        op: CmpOp::LtEq,
-                        value: high,
-                    }),
-                ),
-                *negated,
-            )
+            negate(between(field, low, high), *negated)
         }
         Cond::Like {
             column,
             pattern,
             negated,
-        } => {
-            let field = resolver.field(column)?;
-            if field.primitive() != Some(&PrimitiveType::String) {
-                return Err(unsupported(format!(
-                    "LIKE on {}, a {} column (only string columns)",
-                    field.name, field.ty
-                )));
-            }
-            let pattern = match value_of(pattern, &field, params)?.literal() {
-                iceberg::spec::PrimitiveLiteral::String(s) => s.clone(),
-                _ => String::new(),
-            };
-            if pattern.contains('\\') {
-                return Err(unsupported(format!(
-                    "a LIKE pattern with a backslash ({pattern:?}): escapes are not supported"
-                )));
-            }
-            negate(Predicate::Like { field, pattern }, *negated)
-        }
+        } => negate(like(resolver.field(column)?, pattern, params)?, *negated),
     })
+}
+
+/// `field BETWEEN low AND high`: `field >= low AND field <= high`.
+fn between(field: Field, low: iceberg::spec::Datum, high: iceberg::spec::Datum) -> Predicate {
+    Predicate::And(
+        Box::new(Predicate::Compare {
+            field: field.clone(),
+            op: CmpOp::GtEq,
+            value: low,
+        }),
+        Box::new(Predicate::Compare {
+            field,
+            op: CmpOp::LtEq,
+            value: high,
+        }),
+    )
+}
+
+/// `field LIKE pattern` on a string field.
+///
+/// # Errors
+/// [`SqlError::Unsupported`] for a field that is not a string or a pattern with an
+/// escape; as [`value_of`].
+fn like(
+    field: Field,
+    pattern: &Operand,
+    params: Option<&RecordBatch>,
+) -> Result<Predicate, SqlError> {
+    if field.primitive() != Some(&PrimitiveType::String) {
+        return Err(unsupported(format!(
+            "LIKE on {}, a {} column (only string columns)",
+            field.name, field.ty
+        )));
+    }
+    let pattern = match value_of(pattern, &field, params)?.literal() {
+        iceberg::spec::PrimitiveLiteral::String(s) => s.clone(),
+        _ => String::new(),
+    };
+    if pattern.contains('\\') {
+        return Err(unsupported(format!(
+            "a LIKE pattern with a backslash ({pattern:?}): escapes are not supported"
+        )));
+    }
+    Ok(Predicate::Like { field, pattern })
 }
 
 #[cfg(test)]
