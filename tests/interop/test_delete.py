@@ -373,3 +373,43 @@ def test_replace_keeps_the_table_and_its_history(server, rest):
     finally:
         conn.close()
     assert ids(do_get(server, missing)) == list(range(500, 530))
+
+
+def test_a_keyed_scope_replace_retried_lands_once(server, rest):
+    """Catches a retried exactly-once transaction (same writer id and sequence, as after a
+    lost COMMIT answer) whose DELETE and ingest run again: the re-scan's rows would land
+    twice."""
+    header = "adbc.flight.sql.rpc.call_header."
+    names = [f"eo{next(_names)}" for _ in range(2)]
+    for name in names:
+        put(server, name, pa.concat_tables([id_rows(50, "a"), id_rows(50, "b", 50)]), files=2)
+
+    def rescan(sequence: int) -> None:
+        conn = flightsql.connect(
+            server.flight_uri,
+            db_kwargs={header + "x-skade-writer-id": "rescanner"},
+            autocommit=False,
+        )
+        try:
+            conn.adbc_connection.set_options(**{header + "x-skade-sequence": str(sequence)})
+            with conn.cursor() as cur:
+                for name in names:
+                    cur.execute(f"DELETE FROM del.{name} WHERE grp = 'a'")
+                    cur.fetchall()
+                    cur.adbc_ingest(name, id_rows(20, "a", 1000), mode="append", db_schema_name="del")
+            conn.commit()
+        finally:
+            conn.close()
+
+    expected = list(range(50, 100)) + list(range(1000, 1020))
+    rescan(1)
+    snapshots = len(rest.load_table(f"del.{names[0]}").metadata.snapshots)
+    rescan(1)  # the retry: commits nothing, succeeds
+    for name in names:
+        assert ids(do_get(server, name)) == expected
+    assert len(rest.load_table(f"del.{names[0]}").metadata.snapshots) == snapshots
+    rescan(2)  # the next re-scan replaces the rows again
+    for name in names:
+        assert ids(do_get(server, name)) == expected
+    summary = rest.load_table(f"del.{names[1]}").current_snapshot().summary
+    assert summary["skade.writer-last-sequence"] == "2"
