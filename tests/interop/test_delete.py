@@ -14,7 +14,8 @@ implementations, against a real ``skade serve``.
   deletion vectors only (pyiceberg reads both; its Puffin reader decodes every DV); a
   data file whose rows all go is removed whole on v2; rows deleted twice count once.
 * A transaction across four tables (delete a repository's rows and ingest its new
-  rows in each) is ONE catalog commit, invisible before COMMIT; ROLLBACK changes nothing.
+  rows in each) is ONE catalog commit, invisible before COMMIT; ROLLBACK changes nothing;
+  retried with its exactly-once key it commits nothing the second time.
 * Bad statements (unknown column, unknown table, a value of the wrong type, syntax
   outside the subset) are refused naming what is wrong, and nothing changes.
 * ADBC's ``mode="replace"`` replaces a table's schema and rows in one commit with the
