@@ -238,7 +238,9 @@ async fn live_files(
 }
 
 /// The positions of `file`'s rows that any of `filters` matches (a `NULL` outcome does
-/// not match, as SQL's `WHERE`). A `TRUE` filter matches every row without reading.
+/// not match, as SQL's `WHERE`). A filter whose column statistics prove every row
+/// matches ([`Predicate::must_match_file`]: `TRUE`, a whole partition, …) matches them
+/// without reading.
 ///
 /// # Errors
 /// iceberg's error when the file cannot be read; `DataInvalid` when a filter cannot be
@@ -249,7 +251,7 @@ async fn matching_rows(
     file: &DataFile,
     filters: &[Predicate],
 ) -> Result<RoaringTreemap> {
-    if filters.iter().any(|f| matches!(f, Predicate::True)) {
+    if filters.iter().any(|f| f.must_match_file(file)) {
         let mut all = RoaringTreemap::new();
         all.insert_range(0..file.record_count());
         return Ok(all);

@@ -12,7 +12,8 @@ implementations, against a real ``skade serve``.
   with parameters (a prepared ``CommandPreparedStatementUpdate``).
 * The form written: v2 tables get Parquet position-delete files only, v3 tables Puffin
   deletion vectors only (pyiceberg reads both; its Puffin reader decodes every DV); a
-  data file whose rows all go is removed whole on v2; rows deleted twice count once.
+  data file whose rows all go is removed whole on v2 (a whole partition leaves no delete
+  file); rows deleted twice count once.
 * A transaction across four tables (delete a repository's rows and ingest its new
   rows in each) is ONE catalog commit, invisible before COMMIT; ROLLBACK changes nothing;
   retried with its exactly-once key it commits nothing the second time.
@@ -414,3 +415,29 @@ def test_a_keyed_scope_replace_retried_lands_once(server, rest):
         assert ids(do_get(server, name)) == expected
     summary = rest.load_table(f"del.{names[1]}").current_snapshot().summary
     assert summary["skade.writer-last-sequence"] == "2"
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_whole_partition_goes_with_its_files_and_no_delete_file(server, rest, version):
+    """Catches a DELETE of a whole partition that writes delete files on v2 (its files'
+    statistics prove every row matches: they are removed whole) or leaves a row of it."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "grp", StringType()))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="grp"))
+    name = f"part{next(_names)}_v{version}"
+    rest.create_table(f"del.{name}", schema, partition_spec=spec,
+                      properties={"format-version": str(version)})
+    put(server, name, pa.concat_tables([id_rows(30, "a"), id_rows(30, "b", 30), id_rows(30, "c", 60)]), files=2)
+    files_before = data_file_count(rest, name)
+    assert execute(server, f"DELETE FROM del.{name} WHERE grp = 'b'") == 30
+    expected = list(range(30)) + list(range(60, 90))
+    assert_readers_agree(server, rest, name, expected)
+    if version == 2:
+        assert delete_files(rest, name) == [], "a whole partition needs no delete file"
+        assert data_file_count(rest, name) < files_before
+    else:
+        assert {fmt for _, fmt in delete_files(rest, name)} == {"PUFFIN"}
