@@ -63,14 +63,33 @@ struct LiveFiles {
     unpartitioned: HashSet<i32>,
 }
 
+/// A manifest entry's file: its path and, for a deletion vector, its blob's offset —
+/// one Puffin file holds the vectors of many data files, and a vector merged into a new
+/// one leaves the delete manifests alone, its neighbours staying live (table spec,
+/// "Deletion Vectors").
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct FileKey {
+    path: String,
+    offset: Option<i64>,
+}
+
+impl FileKey {
+    pub(crate) fn of(file: &DataFile) -> Self {
+        Self {
+            path: file.file_path().to_string(),
+            offset: file.content_offset(),
+        }
+    }
+}
+
 /// What a delete changes in one table (module docs).
 #[derive(Debug, Default)]
 pub(crate) struct DeletePlan {
     /// Data files removed whole (v2): (spec id, file).
     pub(crate) removed: Vec<(i32, DataFile)>,
-    /// Delete files that leave with them or are replaced by a merged DV, by path: (spec
-    /// id, file).
-    pub(crate) removed_deletes: HashMap<String, (i32, DataFile)>,
+    /// Delete files that leave with them or are replaced by a merged DV, by
+    /// [`FileKey`]: (spec id, file).
+    pub(crate) removed_deletes: HashMap<FileKey, (i32, DataFile)>,
     /// Rows to record in new delete files, per data file.
     pub(crate) rows: Vec<DeletedRows>,
     /// The spec id of each data file in `rows`, by path.
@@ -128,7 +147,7 @@ pub(crate) async fn plan_delete(
             .into_iter()
             .flatten()
             .filter(|(seq, _)| sequence <= seq)
-            .map(|(_, d)| (d.file_path().to_string(), (*spec_id, d.clone())));
+            .map(|(_, d)| (FileKey::of(d), (*spec_id, d.clone())));
         match version {
             FormatVersion::V2 if all.len() >= file.record_count() => {
                 plan.removed.push((*spec_id, file.clone()));
@@ -438,11 +457,11 @@ async fn write_manifests(
             .await?,
         );
     }
-    let removed: HashSet<&str> = plan
+    let removed: HashSet<FileKey> = plan
         .removed
         .iter()
-        .map(|(_, f)| f.file_path())
-        .chain(plan.removed_deletes.keys().map(String::as_str))
+        .map(|(_, f)| FileKey::of(f))
+        .chain(plan.removed_deletes.keys().cloned())
         .collect();
     for manifest in manifests {
         out.push(without(table, manifest, &removed, &mut snapshot, cache).await?);
@@ -541,7 +560,7 @@ fn writer_for(
 async fn without(
     table: &Table,
     manifest: &ManifestFile,
-    removed: &HashSet<&str>,
+    removed: &HashSet<FileKey>,
     snapshot: &mut NewSnapshot,
     cache: &mut ManifestCache,
 ) -> Result<ManifestFile> {
@@ -549,7 +568,7 @@ async fn without(
     let hits = loaded
         .entries()
         .iter()
-        .any(|e| e.is_alive() && removed.contains(e.file_path()));
+        .any(|e| e.is_alive() && removed.contains(&FileKey::of(e.data_file())));
     if !hits {
         return Ok(manifest.clone());
     }
@@ -567,7 +586,7 @@ async fn without(
         }
         let (added_by, sequence) = entry_ids(entry, manifest)?;
         let file = entry.data_file().clone();
-        if removed.contains(entry.file_path()) {
+        if removed.contains(&FileKey::of(entry.data_file())) {
             writer.add_delete_file(file, sequence, entry.file_sequence_number)?;
         } else {
             writer.add_existing_file(file, added_by, sequence, entry.file_sequence_number)?;

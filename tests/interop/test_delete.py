@@ -441,3 +441,22 @@ def test_a_whole_partition_goes_with_its_files_and_no_delete_file(server, rest, 
         assert data_file_count(rest, name) < files_before
     else:
         assert {fmt for _, fmt in delete_files(rest, name)} == {"PUFFIN"}
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_merged_vector_leaves_its_puffin_neighbours_live(server, rest, version):
+    """Catches a DELETE that merges one data file's deletion vector and drops every
+    vector of the same Puffin file with it (their entries share its path): the other
+    files' deleted rows come back."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "grp", StringType()))
+    name, _ = create(rest, version, schema)
+    put(server, name, id_rows(300), files=3)
+    # One commit, three files: on v3 one Puffin file of three vectors.
+    assert execute(server, f"DELETE FROM del.{name} WHERE id < 10 OR id IN (150, 151, 299)") == 13
+    # The first file's vector merged into a new one; the other two stay.
+    assert execute(server, f"DELETE FROM del.{name} WHERE id BETWEEN 5 AND 20") == 11
+    gone = set(range(21)) | {150, 151, 299}
+    assert_readers_agree(server, rest, name, [i for i in range(300) if i not in gone])
