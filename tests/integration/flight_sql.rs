@@ -410,8 +410,8 @@ async fn an_idle_transaction_times_out_and_rolls_back() {
 }
 
 /// `table_definition_options`: FAIL on a missing table is NotFound, FAIL on an existing
-/// one AlreadyExists, REPLACE Unimplemented; `temporary` and a catalog are refused; bad
-/// names are InvalidArgument. Nothing is written by any of them.
+/// one AlreadyExists, REPLACE replaces the rows of the same table; `temporary` and a
+/// catalog are refused; bad names are InvalidArgument. Nothing is written by a refusal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_definition_options_are_honoured() {
     let server = TestServer::start().await;

@@ -17,7 +17,7 @@ gRPC connection, since the driver never sends a transaction id with an ingest):
   further ingest on that connection is refused (never silently autocommitted) until
   the connection is closed.
 * Autocommit on: each ``adbc_ingest`` is its own commit, visible at once.
-* ``adbc_ingest`` mode ``"replace"`` is refused with a clear message.
+* ``adbc_ingest`` mode ``"replace"`` replaces the rows and keeps the table, on every warehouse.
 
 RED once: with skade advertising ``FLIGHT_SQL_SERVER_TRANSACTION = NONE`` the driver
 silently fell back to autocommit (its ``commit()``/``rollback()`` became no-ops):
@@ -211,13 +211,18 @@ def test_autocommit_ingest_is_one_commit_each(skade_server, sources):
     assert got.num_rows == 2 * sources["airlines"].num_rows
 
 
-def test_replace_mode_is_refused_clearly(skade_server, sources):
+def test_replace_mode_replaces_the_rows_on_every_warehouse(skade_server, sources):
+    """Catches ``mode="replace"`` refused, keeping old rows, or making a new table (a new
+    uuid) on a local warehouse, on S3 or on a PostgreSQL catalog."""
+    airlines = sources["airlines"]
     conn = connect(skade_server, autocommit=True)
     try:
         with conn.cursor() as cur:
-            with pytest.raises(adbc_driver_manager.Error) as excinfo:
-                cur.adbc_ingest("airlines", sources["airlines"], mode="replace", db_schema_name="adbc_replace")
+            cur.adbc_ingest("airlines", airlines, mode="replace", db_schema_name="adbc_replace")
+            first, _ = read_back(skade_server, "adbc_replace", "airlines")
+            cur.adbc_ingest("airlines", airlines.slice(0, 3), mode="replace", db_schema_name="adbc_replace")
     finally:
         conn.close()
-    assert "REPLACE" in str(excinfo.value), str(excinfo.value)
-    assert not visible(skade_server, "adbc_replace", "airlines")
+    table, rows = read_back(skade_server, "adbc_replace", "airlines")
+    assert table.metadata.table_uuid == first.metadata.table_uuid
+    assert rows.to_pylist() == airlines.slice(0, 3).to_pylist()
