@@ -10,6 +10,7 @@ mod exactly_once;
 pub(crate) use exactly_once::spawn_writer_expiry;
 mod metadata;
 pub mod names;
+mod overwrite;
 mod put;
 mod query;
 mod read;
@@ -217,6 +218,40 @@ impl SkadeFlight {
             .await
             .map_err(|e| self.fail(e))?;
         Ok(one_result(result))
+    }
+
+    /// An overwriting put into `ident` ([`overwrite`]): a task of [`Service::puts`] runs
+    /// it to its end, holding `held`, and the returned stream answers its one ack.
+    ///
+    /// # Errors
+    /// The status of a malformed exactly-once header; the put's own errors end the
+    /// returned stream instead.
+    fn put_overwrite(
+        &self,
+        ident: TableIdent,
+        filter: String,
+        batches: Batches,
+        headers: &MetadataMap,
+        held: (OwnedSemaphorePermit, WritePin),
+    ) -> Result<Response<BoxStream<PutResult>>, Status> {
+        auth::record("table", &ident);
+        let key = exactly_once::txn_key(headers).map_err(|e| self.fail(e))?;
+        let svc = self.svc.clone();
+        let task = self.svc.puts.spawn(
+            async move {
+                let (_permit, _pin) = held;
+                overwrite::run(&svc, ident, &filter, batches, key.as_ref()).await
+            }
+            .instrument(Span::current()),
+        );
+        let this = self.clone();
+        let answer = async move {
+            let result = task.await.map_err(|e| Error::Internal {
+                what: format!("the overwrite task failed: {e}"),
+            });
+            result.and_then(|r| r).map_err(|e| this.fail(e))
+        };
+        Ok(Response::new(Box::pin(futures::stream::once(answer))))
     }
 
     /// A streaming put (Lane 1) into `ident`, with the writer id in `headers` if any: a
@@ -477,6 +512,9 @@ impl FlightService for SkadeFlight {
         }
         let ident = path_table(&descriptor).map_err(|e| self.fail(e))?;
         let batches = Batches::new(first, input, limit);
+        if let Some(filter) = overwrite::filter_of(&headers).map_err(|e| self.fail(e))? {
+            return self.put_overwrite(ident, filter, batches, &headers, (permit, pin));
+        }
         self.put_table(ident, batches, &headers, (permit, pin))
     }
 

@@ -552,6 +552,25 @@ async fn ingest(
     }
 }
 
+/// Reads `batches` into `state`'s entry for the existing table `ident` (appended to,
+/// never created): what an overwriting put stages before its delete is added.
+///
+/// # Errors
+/// As the ingest of a Flight SQL transaction; `NotFound` when the table is gone.
+pub(super) async fn stage_stream(
+    svc: &Service,
+    state: &mut TxnState,
+    ident: &TableIdent,
+    batches: Batches,
+) -> Result<u64, Error> {
+    let definition = Definition {
+        create_missing: false,
+        fail_if_exists: false,
+        replace: false,
+    };
+    stream_into(svc, state, ident, definition, batches, None).await
+}
+
 /// Reads the stream into `state`'s entry for `ident`, writing a data file every
 /// `--target-file-size` bytes. Returns the rows read.
 async fn stream_into(

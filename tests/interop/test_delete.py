@@ -21,6 +21,8 @@ implementations, against a real ``skade serve``.
   outside the subset) are refused naming what is wrong, and nothing changes.
 * ADBC's ``mode="replace"`` replaces a table's schema and rows in one commit with the
   transaction's other tables: same uuid, older snapshots still readable.
+* A ``DoPut`` with the ``x-skade-overwrite-where`` header replaces the rows the filter
+  matches with the stream's, in one snapshot, once when resent with its key.
 
 Run from the repository root (after ``cargo build``)::
 
@@ -460,3 +462,48 @@ def test_a_merged_vector_leaves_its_puffin_neighbours_live(server, rest, version
     assert execute(server, f"DELETE FROM del.{name} WHERE id BETWEEN 5 AND 20") == 11
     gone = set(range(21)) | {150, 151, 299}
     assert_readers_agree(server, rest, name, [i for i in range(300) if i not in gone])
+
+
+def test_an_overwriting_put_replaces_the_matching_rows_in_one_snapshot(server, rest):
+    """Catches a DoPut with x-skade-overwrite-where that keeps the matching rows, deletes
+    others, lands in more than one snapshot, or lands twice when resent with its key."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "grp", StringType()))
+    name, _ = create(rest, 2, schema)
+    put(server, name, pa.concat_tables([id_rows(40, "a"), id_rows(40, "b", 40)]), files=2)
+    snapshots = len(rest.load_table(f"del.{name}").metadata.snapshots)
+
+    def overwrite(rows: pa.Table, where: str, sequence: int | None = None) -> None:
+        headers = [(b"x-skade-overwrite-where", where.encode())]
+        if sequence is not None:
+            headers += [(b"x-skade-writer-id", b"rescanner"), (b"x-skade-sequence", str(sequence).encode())]
+        client = flight.FlightClient(server.flight_uri)
+        try:
+            options = flight.FlightCallOptions(headers=headers)
+            writer, reader = client.do_put(flight.FlightDescriptor.for_path("del", name), rows.schema, options)
+            # Small batches: many data files, still one snapshot.
+            for batch in rows.to_batches(max_chunksize=5):
+                writer.write_batch(batch)
+            writer.done_writing()
+            acks = []
+            while (ack := reader.read()) is not None:
+                acks.append(ack)
+            writer.close()
+        finally:
+            client.close()
+        assert len(acks) == 1, acks
+
+    overwrite(id_rows(25, "a", 1000), "grp = 'a'", sequence=1)
+    expected = list(range(40, 80)) + list(range(1000, 1025))
+    assert_readers_agree(server, rest, name, expected)
+    assert len(rest.load_table(f"del.{name}").metadata.snapshots) == snapshots + 1, "one snapshot"
+    overwrite(id_rows(25, "a", 1000), "grp = 'a'", sequence=1)  # the resend: nothing
+    assert_readers_agree(server, rest, name, expected)
+    assert len(rest.load_table(f"del.{name}").metadata.snapshots) == snapshots + 1
+    # A bad filter is refused naming it, and changes nothing.
+    with pytest.raises((flight.FlightError, pa.ArrowException)) as refused:
+        overwrite(id_rows(3, "a", 2000), "nope = 1")
+    assert "nope" in str(refused.value), str(refused.value)
+    assert_readers_agree(server, rest, name, expected)
