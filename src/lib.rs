@@ -617,9 +617,31 @@ async fn refuse_tables_outside_warehouse(
 /// As [`start`], or a server task's failure.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
     let running = start(config).await?;
+    hold_after_start().await;
     shutdown.await;
     info!("shutting down");
     running.shutdown_and_wait().await
+}
+
+/// The environment variable of a fault for the lifecycle tests: with
+/// `SKADE_FAULT_HOLD_AFTER_START_MS=n` a debug build (or one with the `fault-injection`
+/// feature) waits `n` ms after the server started before it watches for shutdown — the
+/// moment a signal handler installed only then would miss a SIGTERM.
+pub const HOLD_AFTER_START_MS: &str = "SKADE_FAULT_HOLD_AFTER_START_MS";
+
+/// The [`HOLD_AFTER_START_MS`] fault: a no-op in a release build.
+#[cfg(not(any(debug_assertions, feature = "fault-injection")))]
+async fn hold_after_start() {}
+
+/// The [`HOLD_AFTER_START_MS`] fault.
+#[cfg(any(debug_assertions, feature = "fault-injection"))]
+async fn hold_after_start() {
+    if let Some(ms) = std::env::var(HOLD_AFTER_START_MS)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
 }
 
 /// The Flight listener's connections with `TCP_NODELAY` set. gRPC writes small frames

@@ -26,17 +26,23 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(config) => config,
         Command::Gc(gc) => return collect_garbage(gc).await,
     };
-    let shutdown = async {
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                return;
-            }
-        };
+    // Listening from here, before the server starts: a SIGTERM that arrives once the
+    // server is up (or while it starts) stops it cleanly instead of killing it.
+    let (term, interrupt) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(term), Ok(interrupt)) => (term, interrupt),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM and SIGINT");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let shutdown = async move {
+        let (mut term, mut interrupt) = (term, interrupt);
         tokio::select! {
             _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = interrupt.recv() => {}
         }
     };
     match skade::run(config, shutdown).await {

@@ -264,3 +264,27 @@ async fn a_table_outside_the_configured_warehouse_stops_the_start_naming_it() {
     assert_eq!(count(&get(&mut client, &["demo", "people"]).await), 3);
     server.stop().await;
 }
+
+// Catches a SIGTERM handler installed only once the server's start has returned: a
+// SIGTERM that arrives as soon as /healthz answers (what a supervisor may send) killed the
+// process by signal 15 instead of stopping it cleanly. The fault holds the process
+// between its start and its watch for shutdown, where the old handler did not exist yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_as_soon_as_the_server_is_healthy_stops_it_cleanly() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server = common::Binary::serve_with_env(
+        dir.path(),
+        "info",
+        &[],
+        &[(skade::HOLD_AFTER_START_MS, "1500")],
+    )
+    .await;
+    // `stop` sends SIGTERM at once and requires exit status 0.
+    let events = server.stop();
+    assert!(
+        events
+            .iter()
+            .any(|e| common::message_of(e) == "shutting down"),
+        "the server stopped without shutting down"
+    );
+}

@@ -512,6 +512,16 @@ impl Binary {
     /// let `skade`'s info events through) and `extra` flags; waits until `/healthz`
     /// answers.
     pub async fn serve(data_dir: &Path, rust_log: &str, extra: &[&str]) -> Self {
+        Self::serve_with_env(data_dir, rust_log, extra, &[]).await
+    }
+
+    /// As [`Self::serve`], with `env` added to the process's environment.
+    pub async fn serve_with_env(
+        data_dir: &Path,
+        rust_log: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skade"))
             .args(["serve", "--log-format", "json", "--data-dir"])
@@ -524,6 +534,7 @@ impl Binary {
             ])
             .args(extra)
             .env("RUST_LOG", rust_log)
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
