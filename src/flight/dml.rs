@@ -57,25 +57,40 @@ pub(crate) fn result_batch(rows: u64) -> Result<RecordBatch, Error> {
     })
 }
 
-/// The table `delete` names (a one-part name is in namespace `default`; skade's own
-/// catalog name may lead), loaded.
+/// The table `delete` names, loaded (as [`statement_table`]).
+///
+/// # Errors
+/// As [`statement_table`].
+pub(crate) async fn table_of(svc: &Service, delete: &Delete) -> Result<Table, Error> {
+    statement_table(svc, delete.table_path(&svc.catalog_name)).await
+}
+
+/// The table a statement names by `path` (without skade's catalog name; a one-part name
+/// is in namespace `default`), loaded: what `SELECT` and `DELETE` read.
 ///
 /// # Errors
 /// [`SqlError::UnknownTable`]; bad names; the catalog's errors.
-pub(crate) async fn table_of(svc: &Service, delete: &Delete) -> Result<Table, Error> {
-    let mut path = delete.table_path(&svc.catalog_name);
+pub(crate) async fn statement_table(svc: &Service, mut path: Vec<String>) -> Result<Table, Error> {
     if path.len() == 1 {
         path.insert(0, names::DEFAULT_NAMESPACE.to_string());
     }
     let ident = names::table_from_path(&path)?;
     crate::auth::record("table", &ident);
-    match svc.catalog.load_table(&ident).await {
+    load_named(svc, &ident).await
+}
+
+/// `ident` loaded; a missing table is [`SqlError::UnknownTable`] naming it.
+///
+/// # Errors
+/// [`SqlError::UnknownTable`]; the catalog's errors.
+pub(crate) async fn load_named(svc: &Service, ident: &TableIdent) -> Result<Table, Error> {
+    match svc.catalog.load_table(ident).await {
         Ok(table) => Ok(table),
         Err(e) if e.kind() == ErrorKind::TableNotFound => Err(SqlError::UnknownTable {
             table: ident.to_string(),
         }
         .into()),
-        Err(e) => Err(Error::catalog(&ident, e)),
+        Err(e) => Err(Error::catalog(ident, e)),
     }
 }
 

@@ -13,7 +13,7 @@
 //! (the filter is resolved against its schema).
 
 use arrow_flight::PutResult;
-use iceberg::{Catalog, ErrorKind, TableIdent};
+use iceberg::TableIdent;
 use prost::Message;
 use tonic::metadata::MetadataMap;
 use tracing::info;
@@ -64,17 +64,7 @@ pub(crate) async fn run(
     batches: Batches,
     key: Option<&TxnKey>,
 ) -> Result<PutResult, Error> {
-    let table = svc
-        .catalog
-        .load_table(&ident)
-        .await
-        .map_err(|e| match e.kind() {
-            ErrorKind::TableNotFound => SqlError::UnknownTable {
-                table: ident.to_string(),
-            }
-            .into(),
-            _ => Error::catalog(&ident, e),
-        })?;
+    let table = super::dml::load_named(svc, &ident).await?;
     let predicate = bind(&table, filter)?;
     let mut state = TxnState::default();
     let rows = match sql::stage_stream(svc, &mut state, &ident, batches).await {

@@ -38,14 +38,13 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use futures::TryStreamExt;
 use iceberg::spec::SchemaRef as IcebergSchemaRef;
 use iceberg::table::Table;
-use iceberg::{Catalog, ErrorKind, TableIdent};
+use iceberg::{ErrorKind, TableIdent};
 use prost::Message;
 use tracing::debug;
 
 use super::Service;
 use super::decode::{Batches, BoxStream};
 use super::dml;
-use super::names;
 use super::txn::SessionKey;
 use crate::error::Error;
 use crate::proto::{PreparedQuery, QueryTicket};
@@ -115,22 +114,8 @@ async fn plan(
     prepare: bool,
 ) -> Result<Planned, Error> {
     let select = sql::parse(&query.sql)?;
-    let mut path = select.table_path(&svc.catalog_name);
-    if path.len() == 1 {
-        path.insert(0, names::DEFAULT_NAMESPACE.to_string());
-    }
-    let ident = names::table_from_path(&path)?;
-    crate::auth::record("table", &ident);
-    let table = match svc.catalog.load_table(&ident).await {
-        Ok(table) => table,
-        Err(e) if e.kind() == ErrorKind::TableNotFound => {
-            return Err(SqlError::UnknownTable {
-                table: ident.to_string(),
-            }
-            .into());
-        }
-        Err(e) => return Err(Error::catalog(&ident, e)),
-    };
+    let table = dml::statement_table(svc, select.table_path(&svc.catalog_name)).await?;
+    let ident = table.identifier().clone();
     let metadata = table.metadata();
     let (snapshot_id, schema) = match at {
         Some((snapshot_id, schema_id)) => {
@@ -354,7 +339,7 @@ fn update_statement(sql: &str) -> Result<Delete, Error> {
 
 /// `DoPutUpdateResult { record_count: rows }`, plain (not `Any`-wrapped), as Flight SQL
 /// clients decode it.
-fn update_result(rows: u64) -> PutResult {
+pub(crate) fn update_result(rows: u64) -> PutResult {
     let result = DoPutUpdateResult {
         record_count: i64::try_from(rows).unwrap_or(i64::MAX),
     };

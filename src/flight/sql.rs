@@ -21,8 +21,8 @@ use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::{
     ActionBeginTransactionRequest, ActionBeginTransactionResult,
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
-    ActionEndTransactionRequest, Any, Command, CommandStatementIngest, DoPutUpdateResult,
-    EndTransaction, ProstMessageExt, TableExistsOption, TableNotExistOption,
+    ActionEndTransactionRequest, Any, Command, CommandStatementIngest, EndTransaction,
+    ProstMessageExt, TableExistsOption, TableNotExistOption,
 };
 use arrow_flight::{
     Action, ActionType, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo, PutResult,
@@ -487,13 +487,7 @@ pub(crate) async fn do_put(
     let rows = task.await.map_err(|e| Error::Internal {
         what: format!("the ingest task failed: {e}"),
     })??;
-    let result = DoPutUpdateResult {
-        record_count: i64::try_from(rows).unwrap_or(i64::MAX),
-    };
-    // Plain (not `Any`-wrapped), as Flight SQL clients decode it.
-    Ok(PutResult {
-        app_metadata: result.encode_to_vec().into(),
-    })
+    Ok(query::update_result(rows))
 }
 
 async fn ingest(

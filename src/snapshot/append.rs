@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 
 use super::fast_append::stage_fast_append_with;
-use super::files::{write_added, write_snapshot};
+use super::files::{carry_totals, write_added, write_snapshot};
 use super::manifests::{merge_manifests, unique_snapshot_id};
 use super::row_delta;
 use super::schema_change::{SchemaChange, evolved_handle};
@@ -332,39 +332,12 @@ fn summary(table: &Table, data_files: &[DataFile], properties: HashMap<String, S
     }
     let mut summary = properties;
     summary.extend(collector.build());
-    let previous = metadata
-        .current_snapshot()
-        .map(|s| &s.summary().additional_properties);
-    for (total, added) in TOTALS {
-        // Java's `updateTotal`: no parent counts from zero; a parent without the total,
-        // or with one that is not a count, leaves it out.
-        let before = match previous.map(|p| p.get(*total)) {
-            None => Some(0),
-            Some(value) => value.and_then(|v| v.parse::<u64>().ok()),
-        };
-        let add = summary
-            .get(*added)
-            .map_or(Some(0), |v| v.parse::<u64>().ok());
-        if let (Some(before), Some(add)) = (before, add) {
-            summary.insert(total.to_string(), (before + add).to_string());
-        }
-    }
+    carry_totals(table, &mut summary);
     Summary {
         operation: Operation::Append,
         additional_properties: summary,
     }
 }
-
-/// Each `total-*` summary figure and the `added-*` one an append adds to it (an append
-/// removes nothing).
-const TOTALS: &[(&str, &str)] = &[
-    ("total-data-files", "added-data-files"),
-    ("total-delete-files", "added-delete-files"),
-    ("total-records", "added-records"),
-    ("total-files-size", "added-files-size"),
-    ("total-position-deletes", "added-position-deletes"),
-    ("total-equality-deletes", "added-equality-deletes"),
-];
 
 /// Stages `data_files` as one append ([`stage_append`]) on `evolved` (from [`evolved_handle`]) that
 /// also makes `change` the table's current schema: `(requirements, updates)` for ONE

@@ -3,6 +3,7 @@
 //! ids), with the commit that makes it current. Shared by the append, compaction's
 //! `replace`, manifest merging and the row delta.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use iceberg::spec::{
@@ -129,4 +130,55 @@ pub(crate) async fn write_snapshot(
             },
         ],
     ))
+}
+
+/// Each `total-*` figure, the `added-*` figure that raises it and the `deleted-*` /
+/// `removed-*` one that lowers it.
+const TOTALS: &[(&str, &str, &str)] = &[
+    ("total-data-files", "added-data-files", "deleted-data-files"),
+    (
+        "total-delete-files",
+        "added-delete-files",
+        "removed-delete-files",
+    ),
+    ("total-records", "added-records", "deleted-records"),
+    ("total-files-size", "added-files-size", "removed-files-size"),
+    (
+        "total-position-deletes",
+        "added-position-deletes",
+        "removed-position-deletes",
+    ),
+    (
+        "total-equality-deletes",
+        "added-equality-deletes",
+        "removed-equality-deletes",
+    ),
+];
+
+/// Sets every `total-*` of `summary` to the total of `table`'s current snapshot (0 without
+/// one) plus what the new snapshot adds, minus what it removes (Java's
+/// `SnapshotProducer.updateTotal`, the spec's "Snapshot Summary": a parent without the
+/// total, or with one that is not a count, leaves it out). Every producer's summary.
+pub(crate) fn carry_totals(table: &Table, summary: &mut HashMap<String, String>) {
+    let previous = table
+        .metadata()
+        .current_snapshot()
+        .map(|s| &s.summary().additional_properties);
+    let figure = |summary: &HashMap<String, String>, key: &str| {
+        summary.get(key).map_or(Some(0), |v| v.parse::<i64>().ok())
+    };
+    for (total, added, removed) in TOTALS {
+        let before = match previous.map(|p| p.get(*total)) {
+            None => Some(0),
+            Some(value) => value.and_then(|v| v.parse::<i64>().ok()),
+        };
+        if let (Some(before), Some(add), Some(remove)) =
+            (before, figure(summary, added), figure(summary, removed))
+        {
+            summary.insert(
+                total.to_string(),
+                (before + add - remove).max(0).to_string(),
+            );
+        }
+    }
 }

@@ -20,7 +20,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 
-use super::files::{write_added, write_snapshot};
+use super::files::{carry_totals, write_added, write_snapshot};
 use super::manifests::unique_snapshot_id;
 use crate::catalog::RedbCatalog;
 use crate::catalog::manifest_cache::WrittenManifests;
@@ -186,7 +186,7 @@ pub(crate) async fn stage_replace(
 }
 
 /// The summary of the replace's snapshot: `properties`, the `added-*` figures of
-/// `files`, and `total-*` equal to them (the snapshot has no parent).
+/// `files`, and `total-*` equal to them ([`carry_totals`]: the snapshot has no parent).
 fn summary(handle: &Table, files: &[DataFile], properties: HashMap<String, String>) -> Summary {
     let metadata = handle.metadata();
     let mut collector = SnapshotSummaryCollector::default();
@@ -199,24 +199,8 @@ fn summary(handle: &Table, files: &[DataFile], properties: HashMap<String, Strin
     }
     let mut summary = properties;
     summary.extend(collector.build());
-    for (total, added) in [
-        ("total-data-files", "added-data-files"),
-        ("total-records", "added-records"),
-        ("total-files-size", "added-files-size"),
-    ] {
-        let value = summary
-            .get(added)
-            .cloned()
-            .unwrap_or_else(|| "0".to_string());
-        summary.insert(total.to_string(), value);
-    }
-    for total in [
-        "total-delete-files",
-        "total-position-deletes",
-        "total-equality-deletes",
-    ] {
-        summary.insert(total.to_string(), "0".to_string());
-    }
+    // The handle has no `main`: the totals count from zero.
+    carry_totals(handle, &mut summary);
     Summary {
         operation: Operation::Overwrite,
         additional_properties: summary,

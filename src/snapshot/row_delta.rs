@@ -36,7 +36,7 @@ use iceberg::{Error, ErrorKind, Result, TableRequirement, TableUpdate};
 use roaring::RoaringTreemap;
 
 use super::deletes::referenced_file;
-use super::files::{write_added, write_snapshot};
+use super::files::{carry_totals, write_added, write_snapshot};
 use super::manifests::{entry_ids, unique_snapshot_id};
 use crate::catalog::manifest_cache::{ManifestCache, WrittenManifests};
 use crate::catalog::{RedbCatalog, Stage, Staged, TableChange};
@@ -657,56 +657,6 @@ fn summary(
             Operation::Overwrite
         },
         additional_properties: summary,
-    }
-}
-
-/// Each `total-*` figure, the `added-*` figure that raises it and the `deleted-*` /
-/// `removed-*` one that lowers it.
-const TOTALS: &[(&str, &str, &str)] = &[
-    ("total-data-files", "added-data-files", "deleted-data-files"),
-    (
-        "total-delete-files",
-        "added-delete-files",
-        "removed-delete-files",
-    ),
-    ("total-records", "added-records", "deleted-records"),
-    ("total-files-size", "added-files-size", "removed-files-size"),
-    (
-        "total-position-deletes",
-        "added-position-deletes",
-        "removed-position-deletes",
-    ),
-    (
-        "total-equality-deletes",
-        "added-equality-deletes",
-        "removed-equality-deletes",
-    ),
-];
-
-/// Sets every `total-*` of `summary` to the parent's plus what it adds, minus what it
-/// removes (Java's `SnapshotProducer.updateTotal`: a parent without the total leaves it
-/// out).
-fn carry_totals(table: &Table, summary: &mut HashMap<String, String>) {
-    let previous = table
-        .metadata()
-        .current_snapshot()
-        .map(|s| &s.summary().additional_properties);
-    let figure = |summary: &HashMap<String, String>, key: &str| {
-        summary.get(key).map_or(Some(0), |v| v.parse::<i64>().ok())
-    };
-    for (total, added, removed) in TOTALS {
-        let before = match previous.map(|p| p.get(*total)) {
-            None => Some(0),
-            Some(value) => value.and_then(|v| v.parse::<i64>().ok()),
-        };
-        if let (Some(before), Some(add), Some(remove)) =
-            (before, figure(summary, added), figure(summary, removed))
-        {
-            summary.insert(
-                total.to_string(),
-                (before + add - remove).max(0).to_string(),
-            );
-        }
     }
 }
 
