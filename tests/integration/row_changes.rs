@@ -140,3 +140,64 @@ async fn a_delete_overtaken_by_an_append_plans_again_and_deletes_its_matching_ro
     let seen_by_b = b.load_table(table.identifier()).await.expect("load");
     assert_eq!(ids(&seen_by_b).await, (0..50).collect::<Vec<i64>>());
 }
+
+// Catches rows a DELETE removed coming back through maintenance: compaction rewriting a
+// data file a position-delete file applies to (its deleted rows would return under the
+// new file's path), or expiry / merging / cleanup dropping the delete files. Expected
+// rows: the ids put minus the ids deleted, read by iceberg's own scan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_a_delete_removed_stay_deleted_through_maintenance() {
+    use skade::config::MaintenanceConfig;
+    use skade::maintenance::Maintainer;
+    use skade::metrics::Metrics;
+    use std::time::Duration;
+
+    let c = crate::common::open_catalog();
+    let mut table = synthetic_table(&c.catalog, "rc", "m").await;
+    // Twelve small files: compaction's runs start at five.
+    for i in 0..12 {
+        (table, _) = write::append(
+            &c.catalog,
+            &table,
+            vec![conformed(&table, i * 10, 10)],
+            &WriteProps::default(),
+        )
+        .await
+        .expect("append");
+    }
+    let mut delete = DeleteRows::new(&c.catalog, vec![filter(&table, "id IN (3, 55, 56, 117)")]);
+    let outcome = c
+        .catalog
+        .commit(&[CommitTarget::data(&table)], &mut delete)
+        .await
+        .expect("delete");
+    let (_, deleted) = outcome.committed().expect("committed");
+    assert_eq!(deleted, 4);
+    let expected: Vec<i64> = (0..120).filter(|i| ![3, 55, 56, 117].contains(i)).collect();
+    let m = Maintainer::new(
+        c.catalog.clone(),
+        MaintenanceConfig {
+            enabled: true,
+            maintenance_interval: Duration::from_millis(50),
+            max_snapshots: 2,
+            cleanup_grace: Duration::ZERO,
+            metadata_cleanup_grace: Duration::ZERO,
+            cleanup_max_waiting: u64::MAX,
+            compaction: true,
+        },
+        Metrics::new(),
+    );
+    let mut compacted = 0;
+    for _ in 0..4 {
+        let report = m.run_pass().await.expect("pass");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        compacted += report.files_compacted;
+    }
+    assert!(compacted > 0, "the files without deletes were compacted");
+    let after = c
+        .catalog
+        .load_table(table.identifier())
+        .await
+        .expect("load");
+    assert_eq!(ids(&after).await, expected);
+}
